@@ -1,0 +1,74 @@
+"""rousseau's error tree. Third-party exceptions are translated at the adapter boundary.
+
+    RousseauError
+    ├── AgentError
+    │   ├── EmptySessionError      agent: empty session
+    │   ├── ToolNotFoundError      agent: tool not found: NAME
+    │   └── MaxIterationsError     agent: max iterations exceeded
+    ├── ProviderError              one line: provider, HTTP status, what to check
+    ├── StoreError                 the SQLite store could not do what was asked
+    ├── MissingExtraError          an optional SDK is not installed; names the pip extra
+    └── ConfigError                names the key path (agent.max_iterations: ...)
+
+A denied tool call is not an error: it becomes a tool result the model reads.
+"""
+
+from __future__ import annotations
+
+
+class RousseauError(Exception):
+    """Base of every error rousseau raises on purpose."""
+
+
+class AgentError(RousseauError):
+    """The agent loop could not complete a turn."""
+
+
+class EmptySessionError(AgentError):
+    def __init__(self) -> None:
+        super().__init__("agent: empty session")
+
+
+class ToolNotFoundError(AgentError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"agent: tool not found: {name}")
+        self.name = name
+
+
+class MaxIterationsError(AgentError):
+    def __init__(self, max_iterations: int) -> None:
+        super().__init__("agent: max iterations exceeded")
+        self.max_iterations = max_iterations
+
+
+class ProviderError(RousseauError):
+    """A model provider failed; `str()` is one line a user can act on."""
+
+    def __init__(
+        self, provider: str, message: str, *, status: int | None = None, hint: str = ""
+    ) -> None:
+        self.provider = provider
+        self.status = status
+        self.message = message
+        self.hint = hint
+        where = f"{provider}: HTTP {status}" if status else provider
+        text = f"{where}: {message}"
+        if hint:
+            text += f" ({hint})"
+        super().__init__(text)
+
+
+class StoreError(RousseauError):
+    """The session store failed or was asked for something that is not there."""
+
+
+class MissingExtraError(RousseauError, ImportError):
+    """An adapter's SDK is not installed."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        super().__init__(f"{what} needs the '{extra}' extra: pip install 'rousseau[{extra}]'")
+        self.extra = extra
+
+
+class ConfigError(RousseauError):
+    """The configuration is invalid; the message names the key path."""

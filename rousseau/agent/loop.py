@@ -1,0 +1,225 @@
+"""The agent loop: ask the model, run the tools it asks for, repeat until it answers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+
+from rousseau.agent.approval import ApprovalRequest, Approver, default_rules
+from rousseau.agent.compress import Compressor, NoopCompressor
+from rousseau.agent.errors import (
+    EmptySessionError,
+    MaxIterationsError,
+    ProviderError,
+    ToolNotFoundError,
+)
+from rousseau.agent.protocols import (
+    MessageLog,
+    Provider,
+    RecallProvider,
+    SkillsProvider,
+    StreamingProvider,
+    ToolBox,
+    ToolCall,
+)
+from rousseau.agent.types import (
+    Content,
+    Message,
+    Request,
+    Response,
+    Role,
+    Session,
+    StopReason,
+    StreamEvent,
+    StreamEventKind,
+    ToolResult,
+    ToolUse,
+    Usage,
+)
+
+log = structlog.get_logger("rousseau.agent")
+
+DEFAULT_MAX_ITERATIONS = 32
+
+
+@dataclass(kw_only=True, slots=True)
+class Options:
+    """How an Agent behaves; every field has a sensible default."""
+
+    system_prompt: str = ""
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
+    """Model calls per turn at most; 0 means the default (32)."""
+    approver: Approver = field(default_factory=default_rules)
+    """Decides every tool call. The default allows read and grep and denies the rest."""
+    compressor: Compressor = field(default_factory=NoopCompressor)
+    skills: SkillsProvider | None = None
+    recall: RecallProvider | None = None
+    history: MessageLog | None = None
+    """Where every message the loop adds is persisted, if anywhere."""
+
+
+class Agent:
+    """Runs turns of a session against a provider, with tools under an approver.
+
+    One Agent serves many sessions concurrently; it keeps no per-session state.
+    """
+
+    def __init__(
+        self,
+        provider: Provider,
+        tools: ToolBox | None = None,
+        options: Options | None = None,
+    ) -> None:
+        self.provider = provider
+        self.tools = tools
+        self.options = options or Options()
+
+    async def reply(self, session: Session, text: str, *, unattended: bool = False) -> Response:
+        """Add a user message to the session (persisting it) and run a turn."""
+        await self.append(session, Message.user(text))
+        return await self.turn(session, unattended=unattended)
+
+    async def turn(self, session: Session, *, unattended: bool = False) -> Response:
+        """Run the loop until the model stops; return the last response, usage summed."""
+        last: Response | None = None
+        usage = Usage()
+        async for event in self.turn_stream(session, unattended=unattended):
+            if event.response is not None:
+                last = event.response
+                usage = usage + last.usage
+        assert last is not None  # turn_stream yields a RESPONSE per iteration or raises
+        return Response(message=last.message, stop_reason=last.stop_reason, usage=usage)
+
+    async def turn_stream(
+        self, session: Session, *, unattended: bool = False
+    ) -> AsyncIterator[StreamEvent]:
+        """Run the loop, yielding text deltas, tool calls, tool results and responses."""
+        if not session.messages:
+            raise EmptySessionError()
+        compaction = await self.options.compressor.compress(session)
+        if compaction is not None and self.options.history is not None:
+            await self.options.history.compact(session.id, compaction)
+        definitions = self.tools.definitions() if self.tools is not None else []
+        limit = self.options.max_iterations or DEFAULT_MAX_ITERATIONS
+        for _ in range(limit):
+            request = Request(
+                session_id=session.id,
+                system=await self._system_prompt(session),
+                messages=list(session.messages),
+                tools=definitions,
+                cacheable_messages=session.cacheable_messages,
+            )
+            response: Response | None = None
+            async for event in self._complete(request):
+                if event.kind is StreamEventKind.RESPONSE:
+                    response = event.response
+                else:
+                    yield event
+            assert response is not None
+            await self.append(session, response.message)
+            yield StreamEvent.final(response)
+            uses = response.message.tool_uses
+            if not uses:
+                return
+            if response.stop_reason is not StopReason.TOOL_USE:
+                # A reply cut off mid-call: close the calls so the history stays valid.
+                reason = f"not run: the reply stopped early ({response.stop_reason.value})"
+                await self.append(session, _results_message(uses, [], reason))
+                return
+            results: list[ToolResult] = []
+            try:
+                for use in uses:
+                    yield StreamEvent(kind=StreamEventKind.TOOL_CALL, tool_use=use)
+                    result, denied = await self._run_tool(session, use, unattended=unattended)
+                    results.append(result)
+                    yield StreamEvent(
+                        kind=StreamEventKind.TOOL_RESULT, tool_result=result, denied=denied
+                    )
+            except BaseException:
+                # Cancelled between calls: record what ran and close the rest, so the session
+                # can be continued without a dangling tool call.
+                with anyio.CancelScope(shield=True):
+                    await self.append(session, _results_message(uses, results, "cancelled"))
+                raise
+            await self.append(session, _results_message(uses, results, "cancelled"))
+        raise MaxIterationsError(limit)
+
+    async def _complete(self, request: Request) -> AsyncIterator[StreamEvent]:
+        provider = self.provider
+        if isinstance(provider, StreamingProvider):
+            seen = False
+            async for event in provider.stream(request):
+                seen = seen or event.kind is StreamEventKind.RESPONSE
+                yield event
+            if not seen:
+                raise ProviderError(provider.name, "the stream ended without a complete reply")
+            return
+        response = await provider.complete(request)
+        if response.message.text:
+            yield StreamEvent.text_delta(response.message.text)
+        yield StreamEvent.final(response)
+
+    async def _system_prompt(self, session: Session) -> str:
+        parts = [self.options.system_prompt]
+        if self.options.skills is not None:
+            parts.append(await self.options.skills.appendix(session))
+        if self.options.recall is not None:
+            parts.append(await self.options.recall.appendix(session))
+        return "\n\n".join(p.strip() for p in parts if p and p.strip())
+
+    async def append(self, session: Session, message: Message) -> None:
+        """Add a message to the session and to the history, if there is one."""
+        session.messages.append(message)
+        if self.options.history is not None:
+            await self.options.history.append_message(session.id, message)
+
+    async def _run_tool(
+        self, session: Session, use: ToolUse, *, unattended: bool
+    ) -> tuple[ToolResult, bool]:
+        def error(text: str) -> ToolResult:
+            return ToolResult(tool_use_id=use.id, content=text, is_error=True)
+
+        try:
+            if self.tools is None:
+                raise ToolNotFoundError(use.name)
+            tool = self.tools.get(use.name)
+        except ToolNotFoundError as exc:
+            log.warning("agent.tool_not_found", session=session.id, tool=use.name)
+            return error(str(exc)), False
+        problem = tool.validate(use.input)
+        if problem:
+            return error(f"invalid input for {use.name}: {problem}"), False
+        request = ApprovalRequest(session_id=session.id, tool_use=use, unattended=unattended)
+        try:
+            decision = await self.options.approver.approve(request)
+        except Exception as exc:
+            log.exception("agent.approver_failed", session=session.id, tool=use.name)
+            return error(f"denied: the approver failed ({exc})"), True
+        if not decision.allow:
+            log.info("agent.tool_denied", session=session.id, tool=use.name)
+            return error(f"denied: {decision.reason or 'not approved'}"), True
+        call = ToolCall(session_id=session.id, tool_use_id=use.id)
+        try:
+            output = await tool.execute(use.input, call)
+        except Exception as exc:
+            log.exception("agent.tool_failed", session=session.id, tool=use.name)
+            return error(f"{use.name} failed: {type(exc).__name__}: {exc}"), False
+        log.info("agent.tool_ran", session=session.id, tool=use.name, is_error=output.is_error)
+        return ToolResult(
+            tool_use_id=use.id, content=output.content, is_error=output.is_error
+        ), False
+
+
+def _results_message(uses: list[ToolUse], results: list[ToolResult], missing: str) -> Message:
+    """One user message with a result per call; calls without one get `missing` as an error."""
+    done = {r.tool_use_id: r for r in results}
+    content = [
+        Content.of_tool_result(
+            done.get(u.id) or ToolResult(tool_use_id=u.id, content=missing, is_error=True)
+        )
+        for u in uses
+    ]
+    return Message(role=Role.USER, content=content)

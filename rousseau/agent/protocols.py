@@ -1,0 +1,95 @@
+"""The interfaces the loop depends on; adapters implement them without subclassing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from rousseau.agent.types import (
+    Compaction,
+    Message,
+    Request,
+    Response,
+    Session,
+    StreamEvent,
+    ToolDefinition,
+)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model backend: one request in, one complete response out."""
+
+    name: str
+
+    async def complete(self, request: Request) -> Response: ...
+
+
+@runtime_checkable
+class StreamingProvider(Provider, Protocol):
+    """A provider that can also stream: TEXT deltas, then exactly one RESPONSE event last."""
+
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]: ...
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolOutput:
+    """What a tool returns to the loop."""
+
+    content: str
+    is_error: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolCall:
+    """The context a tool runs in: which session asked, and with which call."""
+
+    session_id: str
+    tool_use_id: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolHandler(Protocol):
+    """One runnable tool as the loop sees it (rousseau.tools.Tool implements this)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def validate(self, input: dict[str, Any]) -> str | None:
+        """Check the input against the tool's schema; return the problem, or None."""
+        ...
+
+    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput: ...
+
+
+class ToolBox(Protocol):
+    """A set of tools (rousseau.tools.Registry implements this)."""
+
+    def get(self, name: str) -> ToolHandler:
+        """Return the tool or raise ToolNotFoundError."""
+        ...
+
+    def definitions(self) -> list[ToolDefinition]: ...
+
+
+class SkillsProvider(Protocol):
+    """Supplies the skills appendix of the system prompt for a turn."""
+
+    async def appendix(self, session: Session) -> str: ...
+
+
+class RecallProvider(Protocol):
+    """Supplies remembered snippets from other sessions for a turn."""
+
+    async def appendix(self, session: Session) -> str: ...
+
+
+class MessageLog(Protocol):
+    """Durable history: the loop appends every message it adds to a session."""
+
+    async def append_message(self, session_id: str, message: Message) -> None: ...
+
+    async def compact(self, session_id: str, compaction: Compaction) -> None:
+        """Record that a compressor folded the oldest messages into a summary."""
+        ...

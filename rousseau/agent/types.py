@@ -1,0 +1,232 @@
+"""The conversation model shared by the loop, providers, store and transports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class ContentKind(StrEnum):
+    TEXT = "text"
+    TOOL_USE = "tool_use"
+    TOOL_RESULT = "tool_result"
+
+
+class StopReason(StrEnum):
+    END_TURN = "end_turn"
+    TOOL_USE = "tool_use"
+    MAX_TOKENS = "max_tokens"
+    OTHER = "other"
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolUse:
+    """A tool call the model asked for."""
+
+    id: str
+    """The provider's id for this call; the matching result carries it back."""
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    """The arguments as the model sent them, already decoded from JSON."""
+
+    def input_json(self) -> str:
+        """The input as compact JSON, the form approver patterns are matched against."""
+        return json.dumps(self.input, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolResult:
+    """What a tool call produced, or why it did not run."""
+
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class Content:
+    """One block of a message: text, a tool call or a tool result."""
+
+    kind: ContentKind
+    text: str = ""
+    tool_use: ToolUse | None = None
+    tool_result: ToolResult | None = None
+
+    @classmethod
+    def of_text(cls, text: str) -> Content:
+        return cls(kind=ContentKind.TEXT, text=text)
+
+    @classmethod
+    def of_tool_use(cls, tool_use: ToolUse) -> Content:
+        return cls(kind=ContentKind.TOOL_USE, tool_use=tool_use)
+
+    @classmethod
+    def of_tool_result(cls, result: ToolResult) -> Content:
+        return cls(kind=ContentKind.TOOL_RESULT, tool_result=result)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form, used by the store."""
+        if self.tool_use is not None:
+            u = self.tool_use
+            return {"type": "tool_use", "id": u.id, "name": u.name, "input": u.input}
+        if self.tool_result is not None:
+            r = self.tool_result
+            return {
+                "type": "tool_result",
+                "tool_use_id": r.tool_use_id,
+                "content": r.content,
+                "is_error": r.is_error,
+            }
+        return {"type": "text", "text": self.text}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Content:
+        kind = data.get("type")
+        if kind == "tool_use":
+            return cls.of_tool_use(
+                ToolUse(id=data["id"], name=data["name"], input=dict(data.get("input") or {}))
+            )
+        if kind == "tool_result":
+            return cls.of_tool_result(
+                ToolResult(
+                    tool_use_id=data["tool_use_id"],
+                    content=data.get("content", ""),
+                    is_error=bool(data.get("is_error", False)),
+                )
+            )
+        return cls.of_text(data.get("text", ""))
+
+
+@dataclass(kw_only=True, slots=True)
+class Message:
+    """One turn of the conversation: a user or an assistant message of content blocks."""
+
+    role: Role
+    content: list[Content] = field(default_factory=list)
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls(role=Role.USER, content=[Content.of_text(text)])
+
+    @classmethod
+    def assistant(cls, text: str) -> Message:
+        return cls(role=Role.ASSISTANT, content=[Content.of_text(text)])
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined, without tool calls or results."""
+        return "".join(c.text for c in self.content if c.kind is ContentKind.TEXT)
+
+    @property
+    def tool_uses(self) -> list[ToolUse]:
+        return [c.tool_use for c in self.content if c.tool_use is not None]
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        return [c.tool_result for c in self.content if c.tool_result is not None]
+
+
+@dataclass(kw_only=True, slots=True)
+class Session:
+    """A conversation: its id and its messages, oldest first."""
+
+    id: str
+    messages: list[Message] = field(default_factory=list)
+    cacheable_messages: int = 0
+    """How many leading messages form a stable prefix (set by a compressor)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Compaction:
+    """What a compressor did: the first `removed` messages of a session became `summary`."""
+
+    removed: int
+    summary: Message
+
+
+@dataclass(kw_only=True, slots=True)
+class ToolDefinition:
+    """What the model is told about a tool."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    """A JSON schema object, `required` included."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Usage:
+    """Token counts a provider reports for one request."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+@dataclass(kw_only=True, slots=True)
+class Request:
+    """Everything a provider needs for one completion."""
+
+    session_id: str
+    system: str
+    messages: list[Message]
+    tools: list[ToolDefinition] = field(default_factory=list)
+    cacheable_messages: int = 0
+    """Leading messages that form a stable prefix a provider may mark for prompt caching."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Response:
+    """One completion: the assistant message, why it stopped and what it cost."""
+
+    message: Message
+    stop_reason: StopReason
+    usage: Usage = field(default_factory=Usage)
+
+
+class StreamEventKind(StrEnum):
+    TEXT = "text"
+    """A text delta as the model writes it."""
+    TOOL_CALL = "tool_call"
+    """The model asked for a tool; it is about to be checked and run."""
+    TOOL_RESULT = "tool_result"
+    """A tool call finished, was denied or failed."""
+    RESPONSE = "response"
+    """A provider's complete response for one iteration."""
+
+
+@dataclass(kw_only=True, slots=True)
+class StreamEvent:
+    """One thing that happened during a streamed turn."""
+
+    kind: StreamEventKind
+    text: str = ""
+    tool_use: ToolUse | None = None
+    tool_result: ToolResult | None = None
+    denied: bool = False
+    """On TOOL_RESULT: the approver refused the call (the result says why)."""
+    response: Response | None = None
+
+    @classmethod
+    def text_delta(cls, text: str) -> StreamEvent:
+        return cls(kind=StreamEventKind.TEXT, text=text)
+
+    @classmethod
+    def final(cls, response: Response) -> StreamEvent:
+        return cls(kind=StreamEventKind.RESPONSE, response=response)

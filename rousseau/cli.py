@@ -1,0 +1,352 @@
+"""The `rousseau` command. Only argparse loads at start-up; each command imports what it uses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rousseau",
+        description="A chat-agent daemon and the agent library it is built on.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: $ROUSSEAU_CONFIG, else ~/.config/rousseau/config.yaml)",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    chat = sub.add_parser("chat", help="chat with the agent in this terminal")
+    chat.add_argument("--session", metavar="ID", help="continue (or create) this session")
+    chat.add_argument("-m", "--message", metavar="TEXT", help="send one message, print the reply")
+    chat.set_defaults(func=_chat)
+
+    session = sub.add_parser("session", help="list, search, show or delete stored sessions")
+    ssub = session.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ls = ssub.add_parser("list", help="recent sessions")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.set_defaults(func=_session_list)
+    search = ssub.add_parser("search", help="find messages containing text")
+    search.add_argument("query")
+    search.add_argument("--limit", type=int, default=20)
+    search.set_defaults(func=_session_search)
+    show = ssub.add_parser("show", help="print a session's messages")
+    show.add_argument("id")
+    show.set_defaults(func=_session_show)
+    delete = ssub.add_parser("delete", help="delete a session and its messages")
+    delete.add_argument("id")
+    delete.add_argument("--yes", action="store_true", help="really delete")
+    delete.set_defaults(func=_session_delete)
+
+    sub.add_parser("version", help="print the version").set_defaults(func=_version)
+    sub.add_parser(
+        "doctor", help="check the config, the store and the provider; exit 1 on a failure"
+    ).set_defaults(func=_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Handler | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    from rousseau.agent.errors import ConfigError, RousseauError
+
+    try:
+        return func(args)
+    except ConfigError as exc:
+        if args.debug:
+            raise
+        _fail(f"config error: {exc}")
+        return 2
+    except RousseauError as exc:
+        if args.debug:
+            raise
+        _fail(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str) -> None:
+    print(f"rousseau: {message}", file=sys.stderr)
+
+
+def _config(args: argparse.Namespace, *, quiet: bool = True) -> Config:
+    """Load the config and set up logging (warnings only for interactive commands)."""
+    from rousseau.config import load_config
+    from rousseau.log import configure_logging
+
+    config = load_config(args.config)
+    level = "debug" if args.debug else ("warning" if quiet else config.log.level)
+    configure_logging(level, config.log.format, config.secrets())
+    return config
+
+
+# -- chat ------------------------------------------------------------------------------------
+
+
+def _chat(args: argparse.Namespace) -> int:
+    import anyio
+
+    from rousseau.providers import build_provider, detect_provider
+    from rousseau.state import Store
+
+    config = _config(args)
+    name, _why = detect_provider(config)
+    provider = build_provider(config, name)
+    store = Store(config.state.path)
+    try:
+        if args.message is not None:
+            return anyio.run(_chat_once, config, provider, store, args)
+        anyio.run(_chat_interactive, config, provider, store, args, name)
+        return 0
+    finally:
+        store.close()
+
+
+async def _open_session(store: Any, session_id: str | None) -> Any:
+    if session_id:
+        return await store.load_or_create(session_id)
+    return await store.create_session()
+
+
+async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.Namespace) -> int:
+    from rousseau.agent import RousseauError
+    from rousseau.app import build_agent
+    from rousseau.transports.terminal import default_screen, run_turn
+
+    agent = build_agent(config, provider, store)
+    session = await _open_session(store, args.session)
+    screen = default_screen(interactive=False)
+    try:
+        await run_turn(agent, session, args.message, screen)
+    except RousseauError as exc:
+        _fail(str(exc))
+        return 1
+    finally:
+        await _close(provider)
+    return 0
+
+
+async def _chat_interactive(
+    config: Config, provider: Any, store: Any, args: argparse.Namespace, name: str
+) -> None:
+    from rousseau.app import build_agent
+    from rousseau.transports.terminal import (
+        HELP,
+        LineReader,
+        TerminalApproval,
+        default_screen,
+        interactive,
+    )
+
+    screen = default_screen(interactive=True)
+    reader = LineReader()
+    agent = build_agent(config, provider, store, ask=TerminalApproval(reader, screen))
+    session = await _open_session(store, args.session)
+    model = getattr(provider, "model", "")
+    banner = screen.paint.dim(
+        f"rousseau · {name} {model} · session {session.id}\n{HELP} Ctrl-C stops a reply."
+    )
+    try:
+        await interactive(agent, store, session, screen, reader, banner)
+    finally:
+        await _close(provider)
+
+
+async def _close(provider: Any) -> None:
+    aclose = getattr(provider, "aclose", None)
+    if aclose is not None:
+        import anyio
+
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from rousseau.state import Store
+
+    return Store(_config(args).state.path)
+
+
+def _when(ts: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+def _session_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        sessions = store.list_sync(args.limit)
+    finally:
+        store.close()
+    if not sessions:
+        print("no sessions yet")
+        return 0
+    print(f"{'ID':<14}{'MESSAGES':>9}  {'UPDATED':<17} TITLE")
+    for s in sessions:
+        print(f"{s.id:<14}{s.message_count:>9}  {_when(s.updated_at):<17} {s.title}")
+    return 0
+
+
+def _session_search(args: argparse.Namespace) -> int:
+    store = _store(args)
+    try:
+        hits = store.search_sync(args.query, args.limit)
+    finally:
+        store.close()
+    if not hits:
+        print(f"no messages contain {args.query!r}")
+        return 0
+    for h in hits:
+        text = " ".join(h.text.split())
+        print(f"{h.session_id}  {_when(h.created_at)}  {h.role.value}: {text[:120]}")
+    return 0
+
+
+def _session_show(args: argparse.Namespace) -> int:
+    from rousseau.agent import StoreError
+    from rousseau.transports.terminal import describe_call
+
+    store = _store(args)
+    try:
+        session = store.load_sync(args.id)
+    finally:
+        store.close()
+    if session is None:
+        raise StoreError(f"no such session: {args.id}")
+    for message in session.messages:
+        for c in message.content:
+            if c.text:
+                print(f"{message.role.value}: {c.text}")
+            elif c.tool_use is not None:
+                print(f"  > {describe_call(c.tool_use)}")
+            elif c.tool_result is not None:
+                first = (c.tool_result.content.strip().splitlines() or [""])[0][:100]
+                print(f"  {'!' if c.tool_result.is_error else '='} {first}")
+    return 0
+
+
+def _session_delete(args: argparse.Namespace) -> int:
+    from rousseau.agent import StoreError
+
+    if not args.yes:
+        _fail(f"this deletes session {args.id} and all its messages; add --yes to confirm")
+        return 2
+    store = _store(args)
+    try:
+        deleted = store.delete_sync(args.id)
+    finally:
+        store.close()
+    if not deleted:
+        raise StoreError(f"no such session: {args.id}")
+    print(f"deleted session {args.id}")
+    return 0
+
+
+# -- version and doctor ----------------------------------------------------------------------
+
+
+def _version(args: argparse.Namespace) -> int:
+    from rousseau import __version__
+
+    print(f"rousseau {__version__}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from rousseau.agent import RousseauError
+
+    failed = False
+
+    def report(ok: bool, what: str, detail: str) -> None:
+        nonlocal failed
+        failed = failed or not ok
+        print(f"{'ok  ' if ok else 'FAIL'}  {what:<10} {detail}")
+
+    try:
+        config = _config(args)
+    except RousseauError as exc:
+        report(False, "config", str(exc))
+        return 1
+    report(True, "config", config.source or "no file; defaults and environment")
+    _doctor_store(config, report)
+    _doctor_workspace(config, report)
+    _doctor_provider(config, report)
+    return 1 if failed else 0
+
+
+def _doctor_store(config: Config, report: Callable[[bool, str, str], None]) -> None:
+    from rousseau.agent import RousseauError
+    from rousseau.state import Store
+
+    try:
+        store = Store(config.state.path)
+        try:
+            store.check_writable_sync()
+        finally:
+            store.close()
+        report(True, "store", f"{store.path} is writable")
+    except RousseauError as exc:
+        report(False, "store", str(exc))
+
+
+def _doctor_workspace(config: Config, report: Callable[[bool, str, str], None]) -> None:
+    import os
+    from pathlib import Path
+
+    path = Path(config.agent.workspace).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        ok = os.access(path, os.W_OK)
+        report(ok, "workspace", f"{path}" + ("" if ok else " is not writable"))
+    except OSError as exc:
+        report(False, "workspace", f"{path}: {exc.strerror}")
+
+
+def _doctor_provider(config: Config, report: Callable[[bool, str, str], None]) -> None:
+    import anyio
+
+    from rousseau.agent import RousseauError
+    from rousseau.providers import build_provider, detect_provider
+
+    try:
+        name, why = detect_provider(config)
+        provider = build_provider(config, name)
+    except RousseauError as exc:
+        report(False, "provider", str(exc))
+        return
+
+    async def check() -> None:
+        probe = getattr(provider, "check", None)
+        try:
+            if probe is not None:
+                with anyio.fail_after(20):
+                    await probe()
+        finally:
+            await _close(provider)
+
+    try:
+        anyio.run(check)
+        report(True, "provider", f"{name} ({why}) answers")
+    except TimeoutError:
+        report(False, "provider", f"{name}: no answer within 20 s")
+    except RousseauError as exc:
+        report(False, "provider", str(exc))

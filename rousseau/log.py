@@ -1,0 +1,81 @@
+"""structlog set-up: text or JSON lines on stderr, with secrets masked in every event."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+import structlog
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+# Shapes of common credentials, masked even when they were never configured.
+_TOKEN_SHAPES = re.compile(
+    r"(sk-[A-Za-z0-9_\-]{16,}|xox[abpr]-[A-Za-z0-9\-]{10,}|xapp-[A-Za-z0-9\-]{10,}"
+    r"|\b\d{6,12}:[A-Za-z0-9_\-]{30,}\b|ghp_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16})"
+)
+MASK = "[REDACTED]"
+
+
+class Redactor:
+    """A structlog processor replacing known secret values and token shapes with a mask."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return _TOKEN_SHAPES.sub(MASK, text)
+
+    def _clean(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self._clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(self._clean(v) for v in value)
+        if isinstance(value, BaseException):
+            return self.redact(f"{type(value).__name__}: {value}")
+        return value
+
+    def __call__(
+        self, logger: Any, method: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        for key, value in list(event.items()):
+            event[key] = self._clean(value)
+        return event
+
+
+def configure_logging(
+    level: str = "info", fmt: str = "text", secrets: Iterable[str] = ()
+) -> Redactor:
+    """Route structlog to stderr at `level`, as text or JSON, through the redactor."""
+    redactor = Redactor(secrets)
+    renderer: Any
+    if fmt == "json":
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            redactor,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    return redactor

@@ -1,0 +1,257 @@
+"""OpenAI-compatible chat completions (OpenAI, OpenRouter, Ollama, vLLM) via the official SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rousseau.agent import (
+    Content,
+    Message,
+    MissingExtraError,
+    ProviderError,
+    Request,
+    Response,
+    Role,
+    StopReason,
+    StreamEvent,
+    ToolUse,
+    Usage,
+)
+from rousseau.providers.errors import connection_error, error_message, status_error
+
+try:
+    import openai
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError("the openai provider", "openai") from exc
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_ENV = {"openai": "OPENAI_API_KEY", "openrouter": "OPENROUTER_API_KEY"}
+
+
+class OpenAIProvider:
+    """Chat completions with streamed text and tool-call deltas.
+
+    `name` is the config section it was built from (openai, openrouter, ollama); they differ
+    only in defaults.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "openai",
+        api_key: str | None,
+        model: str,
+        base_url: str | None = None,
+        max_tokens: int = 4096,
+        max_retries: int = 2,
+        timeout: float = 600.0,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.max_tokens = max_tokens
+        self.base_url = base_url or DEFAULT_BASE_URL
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or "unused",
+            base_url=self.base_url,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+
+    async def complete(self, request: Request) -> Response:
+        try:
+            reply = await self._client.chat.completions.create(**self._params(request))
+        except openai.APIError as exc:
+            raise self._translate(exc) from exc
+        if not reply.choices:
+            raise ProviderError(self.name, "the reply had no choices")
+        choice = reply.choices[0]
+        acc = _Accumulator(text=choice.message.content or "", finish=choice.finish_reason or "")
+        for call in choice.message.tool_calls or []:
+            fn = getattr(call, "function", None)
+            if fn is not None:
+                acc.calls.append(_Call(id=call.id, name=fn.name, arguments=fn.arguments or ""))
+        acc.usage = _usage(reply.usage)
+        return acc.response()
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        params = self._params(request)
+        params["stream"] = True
+        params["stream_options"] = {"include_usage": True}
+        acc = _Accumulator()
+        try:
+            stream = await self._client.chat.completions.create(**params)
+            try:
+                async for chunk in stream:
+                    if chunk.usage is not None:
+                        acc.usage = _usage(chunk.usage)
+                    for choice in chunk.choices[:1]:
+                        delta = choice.delta
+                        if delta.content:
+                            acc.text += delta.content
+                            yield StreamEvent.text_delta(delta.content)
+                        for d in delta.tool_calls or []:
+                            acc.add_delta(d)
+                        if choice.finish_reason:
+                            acc.finish = choice.finish_reason
+            finally:
+                await stream.close()
+        except openai.APIError as exc:
+            raise self._translate(exc) from exc
+        yield StreamEvent.final(acc.response())
+
+    async def check(self) -> None:
+        """Prove the endpoint answers and the key is accepted (lists the models)."""
+        try:
+            await self._client.models.list()
+        except openai.APIError as exc:
+            raise self._translate(exc) from exc
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _params(self, request: Request) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        for m in request.messages:
+            messages.extend(_messages(m))
+        params: dict[str, Any] = {"model": self.model, "messages": messages}
+        # OpenAI itself wants max_completion_tokens; compatible servers still read max_tokens.
+        limit_key = "max_completion_tokens" if self.name == "openai" else "max_tokens"
+        params[limit_key] = self.max_tokens
+        if request.tools:
+            params["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                }
+                for t in request.tools
+            ]
+        return params
+
+    def _translate(self, exc: Exception) -> ProviderError:
+        if isinstance(exc, openai.APIStatusError):
+            return status_error(
+                self.name,
+                exc.status_code,
+                error_message(exc.body, exc.message),
+                section=self.name,
+                model=self.model,
+                env=_ENV.get(self.name, ""),
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            timeout = isinstance(exc, openai.APITimeoutError)
+            return connection_error(self.name, self.base_url, section=self.name, timeout=timeout)
+        return ProviderError(self.name, str(exc))
+
+
+def _messages(message: Message) -> list[dict[str, Any]]:
+    if message.role is Role.ASSISTANT:
+        out: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+        uses = message.tool_uses
+        if uses:
+            out["tool_calls"] = [
+                {
+                    "id": u.id,
+                    "type": "function",
+                    "function": {"name": u.name, "arguments": json.dumps(u.input)},
+                }
+                for u in uses
+            ]
+        elif out["content"] is None:
+            out["content"] = ""
+        return [out]
+    # Tool results go first: they must directly follow the assistant's tool calls.
+    result: list[dict[str, Any]] = [
+        {
+            "role": "tool",
+            "tool_call_id": r.tool_use_id,
+            "content": f"Error: {r.content}" if r.is_error else r.content,
+        }
+        for r in message.tool_results
+    ]
+    if message.text or not result:
+        result.append({"role": "user", "content": message.text})
+    return result
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class _Accumulator:
+    """Builds one Response from a whole reply or from stream deltas."""
+
+    text: str = ""
+    finish: str = ""
+    calls: list[_Call] = field(default_factory=list)
+    by_index: dict[int, _Call] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+
+    def add_delta(self, delta: Any) -> None:
+        call = self.by_index.get(delta.index)
+        if call is None:
+            call = self.by_index[delta.index] = _Call()
+            self.calls.append(call)
+        if delta.id:
+            call.id = delta.id
+        fn = delta.function
+        if fn is not None:
+            if fn.name:
+                call.name += fn.name
+            if fn.arguments:
+                call.arguments += fn.arguments
+
+    def response(self) -> Response:
+        content = [Content.of_text(self.text)] if self.text else []
+        for i, call in enumerate(self.calls):
+            content.append(
+                Content.of_tool_use(
+                    ToolUse(id=call.id or f"call_{i}", name=call.name, input=_arguments(call))
+                )
+            )
+        if self.calls and self.finish != "length":
+            stop = StopReason.TOOL_USE  # some servers say "stop" even when they called tools
+        else:
+            stop = {"stop": StopReason.END_TURN, "length": StopReason.MAX_TOKENS}.get(
+                self.finish, StopReason.OTHER if self.finish else StopReason.END_TURN
+            )
+        return Response(
+            message=Message(role=Role.ASSISTANT, content=content),
+            stop_reason=stop,
+            usage=self.usage,
+        )
+
+
+def _arguments(call: _Call) -> dict[str, Any]:
+    """Decoded arguments; broken JSON is kept under a key the schema check will reject."""
+    if not call.arguments.strip():
+        return {}
+    try:
+        value = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return {"invalid_json_arguments": call.arguments}
+    return value if isinstance(value, dict) else {"invalid_json_arguments": call.arguments}
+
+
+def _usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=cached,
+    )

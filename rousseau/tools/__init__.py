@@ -1,0 +1,53 @@
+"""Tools the agent can use: the Registry, the Tool base class and the five built-ins."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from rousseau.tools.base import (
+    DuplicateToolError,
+    OutsideWorkspaceError,
+    Registry,
+    Tool,
+    Workspace,
+)
+from rousseau.tools.bash import BashTool, scrubbed_environ
+from rousseau.tools.edit import EditTool
+from rousseau.tools.grep import GrepTool
+from rousseau.tools.read import ReadTool
+from rousseau.tools.write import WriteTool
+
+__all__ = [
+    "BashTool",
+    "DuplicateToolError",
+    "EditTool",
+    "GrepTool",
+    "OutsideWorkspaceError",
+    "ReadTool",
+    "Registry",
+    "Tool",
+    "Workspace",
+    "WriteTool",
+    "builtin_registry",
+    "scrubbed_environ",
+]
+
+
+def builtin_registry(
+    workspace: str | os.PathLike[str] | Workspace,
+    *,
+    bash_timeout: float = 60.0,
+    secrets: Iterable[str] = (),
+) -> Registry:
+    """A Registry with read, write, edit, grep and bash confined to `workspace`."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+    return Registry(
+        [
+            ReadTool(ws),
+            WriteTool(ws),
+            EditTool(ws),
+            GrepTool(ws),
+            BashTool(ws, timeout=bash_timeout, env=scrubbed_environ(secrets=secrets)),
+        ]
+    )
