@@ -1,0 +1,117 @@
+"""LLMCompressor: when it triggers, where it cuts, and what the next request carries."""
+
+from __future__ import annotations
+
+import pytest
+
+from rousseau.agent import (
+    Agent,
+    Content,
+    LLMCompressor,
+    Message,
+    NoopCompressor,
+    Options,
+    Role,
+    Session,
+    ToolResult,
+    ToolUse,
+)
+from rousseau.agent.compress import SUMMARY_HEADER
+from rousseau.agent.testing import ScriptedProvider
+from rousseau.state import Store
+
+pytestmark = pytest.mark.anyio
+
+
+def chat(n: int) -> list[Message]:
+    return [Message.user(f"u{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(n)]
+
+
+async def test_noop_never_compresses() -> None:
+    s = Session(id="s", messages=chat(200))
+    assert await NoopCompressor().compress(s) is None
+    assert len(s.messages) == 200
+
+
+async def test_defaults_match_the_contract() -> None:
+    c = LLMCompressor(ScriptedProvider())
+    assert (c.trigger_messages, c.keep_recent) == (60, 8)
+
+
+async def test_below_trigger_nothing_happens() -> None:
+    provider = ScriptedProvider()
+    s = Session(id="s", messages=chat(60))
+    assert await LLMCompressor(provider).compress(s) is None
+    assert provider.requests == []
+
+
+async def test_compresses_old_messages_with_custom_prompt() -> None:
+    provider = ScriptedProvider("They talked about u0..u52.")
+    s = Session(id="s", messages=chat(61))
+    compaction = await LLMCompressor(provider, prompt="Summarise tersely.").compress(s)
+    assert compaction is not None
+    # 61 messages, keep 8: the cut lands on the user message at index 52 (61 - 8 = 53 is odd).
+    assert compaction.removed == 52
+    assert len(s.messages) == 1 + 9
+    assert s.messages[0].text == SUMMARY_HEADER + "They talked about u0..u52."
+    assert s.messages[1].text == "u52"
+    assert s.cacheable_messages == 1
+    request = provider.requests[0]
+    assert request.system == "Summarise tersely."
+    assert "user: u0" in request.messages[0].text and "u52" not in request.messages[0].text
+
+
+async def test_cut_never_splits_a_tool_call_from_its_result() -> None:
+    messages = chat(56)
+    messages += [
+        Message.user("run it"),
+        Message(role=Role.ASSISTANT, content=[Content.of_tool_use(ToolUse(id="t", name="bash"))]),
+        Message(
+            role=Role.USER,
+            content=[Content.of_tool_result(ToolResult(tool_use_id="t", content="ok"))],
+        ),
+        Message.assistant("done"),
+        Message(role=Role.ASSISTANT, content=[Content.of_tool_use(ToolUse(id="u", name="x"))]),
+        Message(
+            role=Role.USER,
+            content=[Content.of_tool_result(ToolResult(tool_use_id="u", content="ok"))],
+        ),
+        Message.assistant("a"),
+        Message.assistant("b"),
+        Message.assistant("c"),
+    ]
+    s = Session(id="s", messages=messages)
+    compaction = await LLMCompressor(ScriptedProvider("summary")).compress(s)
+    assert compaction is not None
+    kept = s.messages[1:]
+    assert kept[0].role is Role.USER and not kept[0].tool_results
+    ids_used = {u.id for m in kept for u in m.tool_uses}
+    ids_answered = {r.tool_use_id for m in kept for r in m.tool_results}
+    assert ids_used == ids_answered
+
+
+async def test_agent_sends_cacheable_prefix_and_store_keeps_the_summary() -> None:
+    store = Store(":memory:")
+    await store.create_session("s")
+    for m in chat(61):
+        await store.append_message("s", m)
+    s = await store.load("s")
+    assert s is not None
+    provider = ScriptedProvider("the summary", "the answer")
+    options = Options(compressor=LLMCompressor(provider), history=store)
+    await Agent(provider, options=options).turn(s)
+    assert provider.requests[1].cacheable_messages == 1
+    assert provider.requests[1].messages[0].text.endswith("the summary")
+    reloaded = await store.load("s")
+    assert reloaded is not None
+    assert reloaded.messages[0].text.endswith("the summary")
+    assert [m.text for m in reloaded.messages[1:]] == [m.text for m in s.messages[1:]]
+    assert reloaded.cacheable_messages == 1
+    # Compressed-away messages are still stored for search.
+    assert await store.search("u2") != []
+    store.close()
+
+
+async def test_invalid_settings_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        LLMCompressor(ScriptedProvider(), trigger_messages=5, keep_recent=8)

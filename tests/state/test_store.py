@@ -1,0 +1,176 @@
+"""The SQLite store: persistence, migrations, pragmas, concurrency, search and deletion."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from rousseau.agent import Content, Message, Role, StoreError, ToolResult, ToolUse
+from rousseau.state import Store
+from rousseau.state.migrations import MIGRATIONS
+
+pytestmark = pytest.mark.anyio
+
+
+def tool_exchange() -> list[Message]:
+    return [
+        Message.user("list files"),
+        Message(
+            role=Role.ASSISTANT,
+            content=[
+                Content.of_text("Looking."),
+                Content.of_tool_use(ToolUse(id="t1", name="bash", input={"command": "ls"})),
+            ],
+        ),
+        Message(
+            role=Role.USER,
+            content=[
+                Content.of_tool_result(ToolResult(tool_use_id="t1", content="a\nb", is_error=True))
+            ],
+        ),
+        Message.assistant("Two files: a and b."),
+    ]
+
+
+async def test_reopen_keeps_sessions_and_messages(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = Store(db)
+    s = await store.create_session()
+    for m in tool_exchange():
+        await store.append_message(s.id, m)
+    await store.aclose()
+
+    store = Store(db)
+    loaded = await store.load(s.id)
+    assert loaded is not None
+    assert loaded.messages == tool_exchange()
+    [info] = await store.list_sessions()
+    assert (info.id, info.title, info.message_count) == (s.id, "list files", 4)
+    store.close()
+
+
+async def test_one_row_per_message_and_pragmas(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = Store(db)
+    for m in tool_exchange():
+        await store.append_message("abc", m)
+    conn = store._conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 15000
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    rows = conn.execute("SELECT role, text FROM messages ORDER BY id").fetchall()
+    assert rows == [
+        ("user", "list files"),
+        ("assistant", "Looking."),
+        ("user", ""),
+        ("assistant", "Two files: a and b."),
+    ]
+    versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
+    assert versions == [m.version for m in MIGRATIONS]
+    store.close()
+
+
+async def test_close_checkpoints_the_wal(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = Store(db)
+    await store.append_message("x", Message.user("hello"))
+    store.close()
+    wal = Path(str(db) + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    # Readable without the WAL by a plain client.
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+
+
+async def test_migrations_are_applied_once(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    Store(db).close()
+    Store(db).close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_concurrent_writers_in_threads_do_not_fail(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    stores = [Store(db) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def write(store: Store, n: int) -> None:
+        try:
+            for i in range(100):
+                store.append_message_sync(f"session-{n % 2}", Message.user(f"{n}-{i}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s, n)) for n, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    counts = {i.id: i.message_count for i in stores[0].list_sync()}
+    assert counts == {"session-0": 200, "session-1": 200}
+    for s in stores:
+        s.close()
+
+
+def test_concurrent_writer_processes_do_not_fail(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    script = (
+        "import sys\n"
+        "from rousseau.agent import Message\n"
+        "from rousseau.state import Store\n"
+        "s = Store(sys.argv[1])\n"
+        "for i in range(200): s.append_message_sync('shared', Message.user(sys.argv[2] + str(i)))\n"
+        "s.close()\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(db), f"p{n}-"]) for n in range(3)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
+    store = Store(db)
+    [info] = store.list_sync()
+    assert info.message_count == 600
+    store.close()
+
+
+async def test_search_list_and_delete() -> None:
+    store = Store(":memory:")
+    await store.append_message("a", Message.user("the 100% plan"))
+    await store.append_message("b", Message.user("another thing"))
+    hits = await store.search("100%")
+    assert [(h.session_id, h.text) for h in hits] == [("a", "the 100% plan")]
+    assert await store.search("_") == []
+    assert {s.id for s in await store.list_sessions()} == {"a", "b"}
+    assert await store.delete_session("a") is True
+    assert await store.delete_session("a") is False
+    assert await store.load("a") is None
+    assert store._conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+    store.close()
+
+
+async def test_load_or_create_and_titles() -> None:
+    store = Store(":memory:")
+    s = await store.load_or_create("fixed-id")
+    assert s.id == "fixed-id" and s.messages == []
+    long = "x" * 200
+    await store.append_message("fixed-id", Message.user("\n\n" + long))
+    [info] = await store.list_sessions()
+    assert len(info.title) == 60 and info.title.endswith("…")
+    store.close()
+
+
+async def test_closed_store_and_bad_path_raise_store_error(tmp_path: Path) -> None:
+    store = Store(":memory:")
+    store.close()
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.list_sessions()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises((StoreError, OSError)):
+        Store(blocker / "sub" / "s.db")
