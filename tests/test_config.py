@@ -54,7 +54,9 @@ def _paths(model: type[BaseModel], prefix: str = "") -> list[str]:
 def test_example_file_documents_every_key() -> None:
     text = EXAMPLE.read_text()
     missing = [
-        p for p in _paths(Config) if not re.search(rf"^\s*#?\s*{re.escape(p.split('.')[-1])}:", text, re.M)
+        p
+        for p in _paths(Config)
+        if not re.search(rf"^\s*#?\s*{re.escape(p.split('.')[-1])}:", text, re.M)
     ]
     assert missing == []
 
@@ -138,7 +140,11 @@ def test_secret_variables_fill_unset_keys_only(tmp_path: Path) -> None:
     path = write(tmp_path, "openai:\n  api_key: from-file\n")
     config = load_config(
         path,
-        {"OPENAI_API_KEY": "from-env", "ANTHROPIC_API_KEY": "sk-ant-x", "TELEGRAM_BOT_TOKEN": "1:a"},
+        {
+            "OPENAI_API_KEY": "from-env",
+            "ANTHROPIC_API_KEY": "sk-ant-x",
+            "TELEGRAM_BOT_TOKEN": "1:a",
+        },
     )
     assert config.openai.api_key is not None
     assert config.openai.api_key.get_secret_value() == "from-file"
@@ -165,5 +171,5 @@ def test_bad_durations(bad: object) -> None:
 
 def test_compression_keep_recent_must_be_below_trigger(tmp_path: Path) -> None:
     path = write(tmp_path, "agent:\n  compression: {trigger_messages: 5, keep_recent: 8}\n")
-    with pytest.raises(ConfigError, match="agent.compression: keep_recent must be smaller"):
+    with pytest.raises(ConfigError, match=r"agent\.compression: keep_recent must be smaller"):
         load_config(path, {})

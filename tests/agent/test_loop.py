@@ -186,7 +186,9 @@ async def test_invalid_input_is_refused_before_the_approver() -> None:
 async def test_max_iterations() -> None:
     echo = Echo()
     provider = ScriptedProvider(*[tool_reply("echo", text=str(i)) for i in range(3)])
-    agent = Agent(provider, Registry([echo]), Options(approver=AllowAllApprover(), max_iterations=3))
+    agent = Agent(
+        provider, Registry([echo]), Options(approver=AllowAllApprover(), max_iterations=3)
+    )
     s = session()
     with pytest.raises(MaxIterationsError, match="agent: max iterations exceeded"):
         await agent.turn(s)
@@ -197,7 +199,9 @@ async def test_max_iterations() -> None:
 
 async def test_zero_max_iterations_means_default() -> None:
     provider = ScriptedProvider(*[tool_reply("echo", text="x") for _ in range(40)])
-    agent = Agent(provider, Registry([Echo()]), Options(approver=AllowAllApprover(), max_iterations=0))
+    agent = Agent(
+        provider, Registry([Echo()]), Options(approver=AllowAllApprover(), max_iterations=0)
+    )
     with pytest.raises(MaxIterationsError):
         await agent.turn(session())
     assert len(provider.requests) == 32
@@ -259,7 +263,9 @@ async def test_system_prompt_is_recomposed_every_iteration() -> None:
 
 
 async def test_turn_stream_yields_deltas_then_tools_then_responses() -> None:
-    provider = ScriptedProvider(tools_reply([("echo", {"text": "hi"})], text="Let me check."), "All good here.", chunk=4)
+    provider = ScriptedProvider(
+        tools_reply([("echo", {"text": "hi"})], text="Let me check."), "All good here.", chunk=4
+    )
     agent = Agent(provider, Registry([Echo()]), Options(approver=AllowAllApprover()))
     kinds = []
     text = ""

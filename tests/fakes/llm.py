@@ -255,7 +255,10 @@ def anthropic_stream(message: dict[str, Any], chunk: int = 4) -> SSEReply:
                         {
                             "type": "content_block_delta",
                             "index": i,
-                            "delta": {"type": "input_json_delta", "partial_json": raw[j : j + chunk]},
+                            "delta": {
+                                "type": "input_json_delta",
+                                "partial_json": raw[j : j + chunk],
+                            },
                         },
                     )
                 )

@@ -128,9 +128,7 @@ def test_concurrent_writer_processes_do_not_fail(tmp_path: Path) -> None:
         "for i in range(200): s.append_message_sync('shared', Message.user(sys.argv[2] + str(i)))\n"
         "s.close()\n"
     )
-    procs = [
-        subprocess.Popen([sys.executable, "-c", script, str(db), f"p{n}-"]) for n in range(3)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(db), f"p{n}-"]) for n in range(3)]
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
     store = Store(db)
     [info] = store.list_sync()

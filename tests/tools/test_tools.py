@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from rousseau.agent import ToolCall, ToolNotFoundError, ToolOutput
@@ -252,7 +253,7 @@ async def test_bash_timeout_kills_the_whole_process_group(tools: Registry, ws: P
     out = await run(tools, "bash", command=f"(sleep 3; touch {marker}) & sleep 30", timeout=1)
     assert time.monotonic() - started < 10
     assert out.is_error and "timed out after 1 s" in out.content
-    time.sleep(3.5)
+    await anyio.sleep(3.5)
     assert not marker.exists(), "a child of the timed-out command kept running"
 
 

@@ -1,0 +1,215 @@
+"""The Anthropic provider, real SDK against a fake Messages API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from rousseau.agent import (
+    Agent,
+    AllowAllApprover,
+    Message,
+    Options,
+    ProviderError,
+    Request,
+    Session,
+    StopReason,
+    StreamEventKind,
+    ToolDefinition,
+)
+from rousseau.providers.anthropic import AnthropicProvider
+from rousseau.tools import builtin_registry
+from tests.fakes.llm import (
+    FakeLLMServer,
+    JSONReply,
+    a_text,
+    a_tool,
+    anthropic_error,
+    anthropic_message,
+    anthropic_stream,
+)
+
+pytestmark = pytest.mark.anyio
+
+TOOL = ToolDefinition(
+    name="read",
+    description="Read a file",
+    input_schema={
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    },
+)
+
+
+_open: list[AnthropicProvider] = []
+
+
+def provider(server: FakeLLMServer, max_retries: int = 2) -> AnthropicProvider:
+    p = AnthropicProvider(
+        api_key="sk-ant-test", model="claude-test", base_url=server.url, max_retries=max_retries
+    )
+    _open.append(p)
+    return p
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    yield
+    while _open:
+        await _open.pop().aclose()
+
+
+def request(*messages: Message) -> Request:
+    return Request(
+        session_id="s",
+        system="Be brief.",
+        messages=list(messages) or [Message.user("hi")],
+        tools=[TOOL],
+    )
+
+
+async def test_plain_text(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(JSONReply(anthropic_message(a_text("Hello!"), input_tokens=12, output_tokens=3)))
+    response = await provider(fake_llm).complete(request())
+    assert response.message.text == "Hello!"
+    assert response.stop_reason is StopReason.END_TURN
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (12, 3)
+    sent = fake_llm.posts()[0]
+    assert sent.path == "/v1/messages"
+    auth = sent.headers.get("x-api-key") or sent.headers.get("authorization", "")
+    assert auth.removeprefix("Bearer ") == "sk-ant-test"
+    assert sent.body["model"] == "claude-test"
+    assert sent.body["system"] == "Be brief."
+    assert sent.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert sent.body["tools"] == [
+        {
+            "name": "read",
+            "description": "Read a file",
+            "input_schema": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        }
+    ]
+
+
+async def test_streamed_text(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(anthropic_stream(anthropic_message(a_text("Streaming works fine."))))
+    events = [e async for e in provider(fake_llm).stream(request())]
+    deltas = [e.text for e in events if e.kind is StreamEventKind.TEXT]
+    assert len(deltas) > 1 and "".join(deltas) == "Streaming works fine."
+    assert events[-1].kind is StreamEventKind.RESPONSE
+    assert events[-1].response is not None
+    assert events[-1].response.message.text == "Streaming works fine."
+    assert fake_llm.posts()[0].body["stream"] is True
+
+
+async def test_tool_call_plain_and_streamed(fake_llm: FakeLLMServer) -> None:
+    message = anthropic_message(
+        a_text("Let me look."),
+        a_tool("read", {"path": "notes/today.md"}, id="toolu_1"),
+        stop_reason="tool_use",
+        cache_read=4,
+        cache_write=2,
+    )
+    fake_llm.push(JSONReply(message), anthropic_stream(message))
+    p = provider(fake_llm)
+    plain = await p.complete(request())
+    streamed = [e async for e in p.stream(request())][-1].response
+    assert streamed is not None
+    for response in (plain, streamed):
+        assert response.stop_reason is StopReason.TOOL_USE
+        [use] = response.message.tool_uses
+        assert (use.id, use.name, use.input) == ("toolu_1", "read", {"path": "notes/today.md"})
+        assert response.message.text == "Let me look."
+    assert (plain.usage.cache_read_tokens, plain.usage.cache_write_tokens) == (4, 2)
+
+
+async def test_full_tool_round_trip_wire_format(fake_llm: FakeLLMServer, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("apple\n")
+    fake_llm.push(
+        anthropic_stream(
+            anthropic_message(
+                a_tool("read", {"path": "a.txt"}, id="toolu_9"), stop_reason="tool_use"
+            )
+        ),
+        anthropic_stream(anthropic_message(a_text("It says apple."))),
+    )
+    agent = Agent(
+        provider(fake_llm), builtin_registry(tmp_path), Options(approver=AllowAllApprover())
+    )
+    s = Session(id="s", messages=[Message.user("what is in a.txt?")])
+    response = await agent.turn(s)
+    assert response.message.text == "It says apple."
+    second = fake_llm.posts()[1].body["messages"]
+    assert second[1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_9", "name": "read", "input": {"path": "a.txt"}}
+        ],
+    }
+    assert second[2] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_9",
+                "content": "     1\tapple\n",
+                "is_error": False,
+            }
+        ],
+    }
+
+
+async def test_server_error_then_success_is_retried(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(
+        anthropic_error(500, "internal"),
+        JSONReply(anthropic_message(a_text("recovered"))),
+    )
+    response = await provider(fake_llm, max_retries=2).complete(request())
+    assert response.message.text == "recovered"
+    assert len(fake_llm.posts()) == 2
+
+
+async def test_unauthorized_fails_fast_with_a_clear_line(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(anthropic_error(401, "invalid x-api-key", "authentication_error"))
+    with pytest.raises(ProviderError) as err:
+        await provider(fake_llm, max_retries=2).complete(request())
+    assert err.value.status == 401
+    text = str(err.value)
+    assert text == (
+        "anthropic: HTTP 401: invalid x-api-key (check anthropic.api_key or ANTHROPIC_API_KEY)"
+    )
+    assert len(fake_llm.posts()) == 1
+
+
+async def test_streamed_error_is_translated(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(anthropic_error(404, "model: claude-test not found", "not_found_error"))
+    with pytest.raises(ProviderError, match=r"HTTP 404.*check anthropic.model \(claude-test\)"):
+        [e async for e in provider(fake_llm).stream(request())]
+
+
+async def test_connection_refused_is_one_line() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = AnthropicProvider(
+        api_key="k", model="m", base_url=f"http://127.0.0.1:{port}", max_retries=0
+    )
+    _open.append(p)
+    with pytest.raises(ProviderError) as err:
+        await p.complete(request())
+    assert str(err.value) == (
+        f"anthropic: cannot connect to http://127.0.0.1:{port} "
+        "(check anthropic.base_url and the network)"
+    )
+
+
+async def test_check_lists_models(fake_llm: FakeLLMServer) -> None:
+    await provider(fake_llm).check()
+    assert fake_llm.requests[0].path.startswith("/v1/models")
