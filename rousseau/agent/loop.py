@@ -99,53 +99,59 @@ class Agent:
         """Run the loop, yielding text deltas, tool calls, tool results and responses."""
         if not session.messages:
             raise EmptySessionError()
-        compaction = await self.options.compressor.compress(session)
-        if compaction is not None and self.options.history is not None:
-            await self.options.history.compact(session.id, compaction)
-        definitions = self.tools.definitions() if self.tools is not None else []
-        limit = self.options.max_iterations or DEFAULT_MAX_ITERATIONS
-        for _ in range(limit):
-            request = Request(
-                session_id=session.id,
-                system=await self._system_prompt(session),
-                messages=list(session.messages),
-                tools=definitions,
-                cacheable_messages=session.cacheable_messages,
-            )
-            response: Response | None = None
-            async for event in self._complete(request):
-                if event.kind is StreamEventKind.RESPONSE:
-                    response = event.response
-                else:
-                    yield event
-            assert response is not None
-            await self.append(session, response.message)
-            yield StreamEvent.final(response)
-            uses = response.message.tool_uses
-            if not uses:
-                return
-            if response.stop_reason is not StopReason.TOOL_USE:
-                # A reply cut off mid-call: close the calls so the history stays valid.
-                reason = f"not run: the reply stopped early ({response.stop_reason.value})"
-                await self.append(session, _results_message(uses, [], reason))
-                return
-            results: list[ToolResult] = []
-            try:
-                for use in uses:
-                    yield StreamEvent(kind=StreamEventKind.TOOL_CALL, tool_use=use)
-                    result, denied = await self._run_tool(session, use, unattended=unattended)
-                    results.append(result)
-                    yield StreamEvent(
-                        kind=StreamEventKind.TOOL_RESULT, tool_result=result, denied=denied
-                    )
-            except BaseException:
-                # Cancelled between calls: record what ran and close the rest, so the session
-                # can be continued without a dangling tool call.
+        try:
+            compaction = await self.options.compressor.compress(session)
+            if compaction is not None and self.options.history is not None:
+                await self.options.history.compact(session.id, compaction)
+            definitions = self.tools.definitions() if self.tools is not None else []
+            limit = self.options.max_iterations or DEFAULT_MAX_ITERATIONS
+            for _ in range(limit):
+                request = Request(
+                    session_id=session.id,
+                    system=await self._system_prompt(session),
+                    messages=list(session.messages),
+                    tools=definitions,
+                    cacheable_messages=session.cacheable_messages,
+                )
+                response: Response | None = None
+                async for event in self._complete(request):
+                    if event.kind is StreamEventKind.RESPONSE:
+                        response = event.response
+                    else:
+                        yield event
+                assert response is not None
+                await self.append(session, response.message)
+                yield StreamEvent.final(response)
+                uses = response.message.tool_uses
+                if not uses:
+                    return
+                if response.stop_reason is not StopReason.TOOL_USE:
+                    # A reply cut off mid-call: close the calls so the history stays valid.
+                    reason = f"not run: the reply stopped early ({response.stop_reason.value})"
+                    await self.append(session, _results_message(uses, [], reason))
+                    return
+                results: list[ToolResult] = []
+                try:
+                    for use in uses:
+                        yield StreamEvent(kind=StreamEventKind.TOOL_CALL, tool_use=use)
+                        result, denied = await self._run_tool(session, use, unattended=unattended)
+                        results.append(result)
+                        yield StreamEvent(
+                            kind=StreamEventKind.TOOL_RESULT, tool_result=result, denied=denied
+                        )
+                except BaseException:
+                    # Cancelled between calls: record what ran and close the rest, so the session
+                    # can be continued without a dangling tool call.
+                    with anyio.CancelScope(shield=True):
+                        await self.append(session, _results_message(uses, results, "cancelled"))
+                    raise
+                await self.append(session, _results_message(uses, results, "cancelled"))
+            raise MaxIterationsError(limit)
+        finally:
+            # Queued writes reach the disk before the turn is reported done (or failed).
+            if self.options.history is not None:
                 with anyio.CancelScope(shield=True):
-                    await self.append(session, _results_message(uses, results, "cancelled"))
-                raise
-            await self.append(session, _results_message(uses, results, "cancelled"))
-        raise MaxIterationsError(limit)
+                    await self.options.history.flush()
 
     async def _complete(self, request: Request) -> AsyncIterator[StreamEvent]:
         provider = self.provider

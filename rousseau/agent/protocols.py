@@ -86,9 +86,15 @@ class RecallProvider(Protocol):
 
 
 class MessageLog(Protocol):
-    """Durable history: the loop appends every message it adds to a session."""
+    """Durable history: the loop appends every message it adds to a session.
+
+    `append_message` may queue the write, as long as writes stay in order; the loop calls
+    `flush` before a turn returns or raises, so a finished turn is on disk.
+    """
 
     async def append_message(self, session_id: str, message: Message) -> None: ...
+
+    async def flush(self) -> None: ...
 
     async def compact(self, session_id: str, compaction: Compaction) -> None:
         """Record that a compressor folded the oldest messages into a summary."""

@@ -1,29 +1,30 @@
 """The SQLite store: sessions and their messages, one row per message.
 
-One connection per Store, guarded by a lock; every call from async code runs in a worker
-thread so the event loop never waits on the disk. Several processes may share the file:
-WAL, a 15 s busy timeout and BEGIN IMMEDIATE keep concurrent writers from failing.
+One connection per Store, owned by a worker thread (state/worker.py), so the event loop never
+waits on the disk and writes queued together share a commit. Several processes may share the
+file: WAL, a 15 s busy timeout and BEGIN IMMEDIATE keep concurrent writers from failing.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
+import structlog
 
 from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError
 from rousseau.state.migrations import migrate
+from rousseau.state.worker import DBWorker
 
 T = TypeVar("T")
+log = structlog.get_logger("rousseau.state")
 
 TITLE_LENGTH = 60
 
@@ -58,112 +59,122 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.path = str(Path(self.path).expanduser())
-        self._lock = threading.Lock()
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder for {self.path}: {exc}") from exc
         try:
-            self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=15.0
-            )
-            self._conn.execute("PRAGMA busy_timeout = 15000")
-            self._conn.execute("PRAGMA foreign_keys = ON")
-            if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode = WAL")
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-            migrate(self._conn)
+            self._worker = DBWorker(self._connect)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the session store at {self.path}: {exc}") from exc
-        self._closed = False
+        self._worker.on_error = self._write_failed
+
+    def _write_failed(self, exc: BaseException) -> None:
+        log.error("store.write_failed", path=self.path, error=str(exc))
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=15.0)
+        try:
+            conn.execute("PRAGMA busy_timeout = 15000")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection, for tests that inspect the file; only touch it from the worker."""
+        return self._worker.conn
 
     # -- plumbing -------------------------------------------------------------------------
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; BEGIN IMMEDIATE takes the write lock up front (no upgrade race)."""
-        with self._lock:
-            if self._closed:
-                raise StoreError("the session store is closed")
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._conn
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise StoreError(f"session store: {exc}") from exc
+    def _sync(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        if self._worker.stopped:
+            raise StoreError("the session store is closed")
+        try:
+            return self._worker.call_sync(fn, write=write)
+        except sqlite3.Error as exc:
+            raise StoreError(f"session store: {exc}") from exc
 
-    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            if self._closed:
-                raise StoreError("the session store is closed")
-            try:
-                return self._conn.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise StoreError(f"session store: {exc}") from exc
+    async def _async(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        if self._worker.stopped:
+            raise StoreError("the session store is closed")
+        try:
+            return await self._worker.call(fn, write=write)
+        except sqlite3.Error as exc:
+            raise StoreError(f"session store: {exc}") from exc
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(fn, *args)
+    # -- operations (run on the worker thread) --------------------------------------------
 
-    # -- sync API (used from threads and the CLI) -----------------------------------------
-
-    def create_session_sync(self, session_id: str | None = None, title: str = "") -> Session:
-        sid = session_id or new_session_id()
-        now = time.time()
-        with self._write() as db:
+    @staticmethod
+    def _create(sid: str, title: str) -> Callable[[sqlite3.Connection], Session]:
+        def op(db: sqlite3.Connection) -> Session:
+            now = time.time()
             db.execute(
                 "INSERT OR IGNORE INTO sessions (id, title, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?)",
                 (sid, title[:TITLE_LENGTH], now, now),
             )
-        return Session(id=sid)
+            return Session(id=sid)
 
-    def load_sync(self, session_id: str) -> Session | None:
-        rows = self._read("SELECT summary FROM sessions WHERE id = ?", (session_id,))
-        if not rows:
-            return None
-        messages = [
-            _decode(role, content)
-            for role, content in self._read(
-                "SELECT role, content FROM messages WHERE session_id = ? AND compacted = 0"
-                " ORDER BY id",
-                (session_id,),
-            )
-        ]
-        summary = rows[0][0]
-        session = Session(id=session_id, messages=messages)
-        if summary is not None:
-            session.messages.insert(0, _decode(Role.USER.value, summary))
-            session.cacheable_messages = 1
-        return session
+        return op
 
-    def append_message_sync(self, session_id: str, message: Message) -> None:
+    @staticmethod
+    def _load(session_id: str) -> Callable[[sqlite3.Connection], Session | None]:
+        def op(db: sqlite3.Connection) -> Session | None:
+            row = db.execute("SELECT summary FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if row is None:
+                return None
+            messages = [
+                _decode(role, content)
+                for role, content in db.execute(
+                    "SELECT role, content FROM messages WHERE session_id = ? AND compacted = 0"
+                    " ORDER BY id",
+                    (session_id,),
+                )
+            ]
+            session = Session(id=session_id, messages=messages)
+            if row[0] is not None:
+                session.messages.insert(0, _decode(Role.USER.value, row[0]))
+                session.cacheable_messages = 1
+            return session
+
+        return op
+
+    @staticmethod
+    def _append(session_id: str, message: Message) -> Callable[[sqlite3.Connection], None]:
         content = json.dumps([c.to_dict() for c in message.content], ensure_ascii=False)
         text = message.text
-        now = time.time()
         title = _title(text) if message.role is Role.USER else ""
-        with self._write() as db:
+
+        def op(db: sqlite3.Connection) -> None:
+            now = time.time()
             db.execute(
-                "INSERT OR IGNORE INTO sessions (id, title, created_at, updated_at)"
-                " VALUES (?, '', ?, ?)",
-                (session_id, now, now),
+                "INSERT INTO sessions (id, title, created_at, updated_at, message_count)"
+                " VALUES (?1, ?2, ?3, ?3, 1) ON CONFLICT (id) DO UPDATE SET"
+                " updated_at = ?3, message_count = message_count + 1,"
+                " title = CASE WHEN title = '' THEN ?2 ELSE title END",
+                (session_id, title, now),
             )
             db.execute(
                 "INSERT INTO messages (session_id, role, content, text, created_at)"
                 " VALUES (?, ?, ?, ?, ?)",
                 (session_id, message.role.value, content, text, now),
             )
-            db.execute(
-                "UPDATE sessions SET updated_at = ?, message_count = message_count + 1,"
-                " title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
-                (now, title, session_id),
-            )
 
-    def compact_sync(self, session_id: str, compaction: Compaction) -> None:
-        """Hide the oldest live messages behind a summary; they stay stored for search."""
+        return op
+
+    @staticmethod
+    def _compact(session_id: str, compaction: Compaction) -> Callable[[sqlite3.Connection], None]:
         summary = json.dumps([c.to_dict() for c in compaction.summary.content], ensure_ascii=False)
-        with self._write() as db:
+
+        def op(db: sqlite3.Connection) -> None:
             row = db.execute("SELECT summary FROM sessions WHERE id = ?", (session_id,)).fetchone()
             if row is None:
                 raise StoreError(f"no such session: {session_id}")
@@ -178,84 +189,134 @@ class Store:
                 (summary, time.time(), session_id),
             )
 
-    def list_sync(self, limit: int = 50) -> list[SessionInfo]:
-        rows = self._read(
-            "SELECT id, title, message_count, created_at, updated_at FROM sessions"
-            " ORDER BY updated_at DESC LIMIT ?",
-            (limit,),
+        return op
+
+    @staticmethod
+    def _list(limit: int) -> Callable[[sqlite3.Connection], list[SessionInfo]]:
+        def op(db: sqlite3.Connection) -> list[SessionInfo]:
+            rows = db.execute(
+                "SELECT id, title, message_count, created_at, updated_at FROM sessions"
+                " ORDER BY updated_at DESC LIMIT ?",
+                (limit,),
+            )
+            return [
+                SessionInfo(
+                    id=r[0], title=r[1], message_count=r[2], created_at=r[3], updated_at=r[4]
+                )
+                for r in rows
+            ]
+
+        return op
+
+    @staticmethod
+    def _search(query: str, limit: int) -> Callable[[sqlite3.Connection], list[SearchHit]]:
+        escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+        def op(db: sqlite3.Connection) -> list[SearchHit]:
+            rows = db.execute(
+                "SELECT m.session_id, s.title, m.role, m.text, m.created_at FROM messages m"
+                " JOIN sessions s ON s.id = m.session_id"
+                " WHERE m.text LIKE ? ESCAPE '\\' ORDER BY m.id DESC LIMIT ?",
+                (f"%{escaped}%", limit),
+            )
+            return [
+                SearchHit(session_id=r[0], title=r[1], role=Role(r[2]), text=r[3], created_at=r[4])
+                for r in rows
+            ]
+
+        return op
+
+    @staticmethod
+    def _delete(session_id: str) -> Callable[[sqlite3.Connection], bool]:
+        def op(db: sqlite3.Connection) -> bool:
+            return db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+        return op
+
+    @staticmethod
+    def _touch(db: sqlite3.Connection) -> None:
+        db.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (-1, 'check', 0)"
         )
-        return [
-            SessionInfo(id=r[0], title=r[1], message_count=r[2], created_at=r[3], updated_at=r[4])
-            for r in rows
-        ]
+        db.execute("DELETE FROM schema_migrations WHERE version = -1")
+
+    # -- sync API (used from threads and the CLI) -----------------------------------------
+
+    def create_session_sync(self, session_id: str | None = None, title: str = "") -> Session:
+        return self._sync(self._create(session_id or new_session_id(), title), write=True)
+
+    def load_sync(self, session_id: str) -> Session | None:
+        return self._sync(self._load(session_id))
+
+    def append_message_sync(self, session_id: str, message: Message) -> None:
+        self._sync(self._append(session_id, message), write=True)
+
+    def compact_sync(self, session_id: str, compaction: Compaction) -> None:
+        """Hide the oldest live messages behind a summary; they stay stored for search."""
+        self._sync(self._compact(session_id, compaction), write=True)
+
+    def list_sync(self, limit: int = 50) -> list[SessionInfo]:
+        return self._sync(self._list(limit))
 
     def search_sync(self, query: str, limit: int = 20) -> list[SearchHit]:
-        escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        rows = self._read(
-            "SELECT m.session_id, s.title, m.role, m.text, m.created_at FROM messages m"
-            " JOIN sessions s ON s.id = m.session_id"
-            " WHERE m.text LIKE ? ESCAPE '\\' ORDER BY m.id DESC LIMIT ?",
-            (f"%{escaped}%", limit),
-        )
-        return [
-            SearchHit(session_id=r[0], title=r[1], role=Role(r[2]), text=r[3], created_at=r[4])
-            for r in rows
-        ]
+        return self._sync(self._search(query, limit))
 
     def delete_sync(self, session_id: str) -> bool:
-        with self._write() as db:
-            cur = db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-            return cur.rowcount > 0
+        return self._sync(self._delete(session_id), write=True)
 
     def check_writable_sync(self) -> None:
         """Commit a write that changes nothing, to prove the file accepts writes."""
-        with self._write() as db:
-            db.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (-1, 'check', 0)"
-            )
-            db.execute("DELETE FROM schema_migrations WHERE version = -1")
+        self._sync(self._touch, write=True)
 
     def close(self) -> None:
-        """Checkpoint the WAL into the main file and close. Safe to call twice."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                if self.path != ":memory:":
-                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                self._conn.close()
+        """Finish queued work, checkpoint the WAL into the main file and close. Idempotent."""
+
+        def checkpoint(db: sqlite3.Connection) -> None:
+            if self.path != ":memory:":
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        self._worker.stop(final=checkpoint)
 
     # -- async API ------------------------------------------------------------------------
 
     async def create_session(self, session_id: str | None = None, title: str = "") -> Session:
-        return await self._run(self.create_session_sync, session_id, title)
+        return await self._async(self._create(session_id or new_session_id(), title), write=True)
 
     async def load(self, session_id: str) -> Session | None:
-        return await self._run(self.load_sync, session_id)
+        return await self._async(self._load(session_id))
 
     async def load_or_create(self, session_id: str) -> Session:
         session = await self.load(session_id)
         return session if session is not None else await self.create_session(session_id)
 
     async def append_message(self, session_id: str, message: Message) -> None:
-        await self._run(self.append_message_sync, session_id, message)
+        """Queue the message for writing; it is committed before any later store operation.
+
+        Not waiting for the commit keeps the agent loop fast; `flush()` (which the loop calls
+        at the end of each turn) waits for it.
+        """
+        if self._worker.stopped:
+            raise StoreError("the session store is closed")
+        await self._worker.submit(self._append(session_id, message))
+
+    async def flush(self) -> None:
+        """Wait until every queued write is committed."""
+        await self._async(lambda db: None)
 
     async def compact(self, session_id: str, compaction: Compaction) -> None:
-        await self._run(self.compact_sync, session_id, compaction)
+        await self._async(self._compact(session_id, compaction), write=True)
 
     async def list_sessions(self, limit: int = 50) -> list[SessionInfo]:
-        return await self._run(self.list_sync, limit)
+        return await self._async(self._list(limit))
 
     async def search(self, query: str, limit: int = 20) -> list[SearchHit]:
-        return await self._run(self.search_sync, query, limit)
+        return await self._async(self._search(query, limit))
 
     async def delete_session(self, session_id: str) -> bool:
-        return await self._run(self.delete_sync, session_id)
+        return await self._async(self._delete(session_id), write=True)
 
     async def aclose(self) -> None:
-        await self._run(self.close)
+        await anyio.to_thread.run_sync(self.close)
 
 
 def _decode(role: str, content: str) -> Message:

@@ -17,6 +17,11 @@ from rousseau.state.migrations import MIGRATIONS
 pytestmark = pytest.mark.anyio
 
 
+def sql(store: Store, query: str) -> list[tuple[object, ...]]:
+    """Run a query on the store's own connection (it belongs to the worker thread)."""
+    return store._worker.call_sync(lambda db: db.execute(query).fetchall())
+
+
 def tool_exchange() -> list[Message]:
     return [
         Message.user("list files"),
@@ -59,18 +64,18 @@ async def test_one_row_per_message_and_pragmas(tmp_path: Path) -> None:
     store = Store(db)
     for m in tool_exchange():
         await store.append_message("abc", m)
-    conn = store._conn
-    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 15000
-    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-    rows = conn.execute("SELECT role, text FROM messages ORDER BY id").fetchall()
+    await store.flush()
+    assert sql(store, "PRAGMA journal_mode") == [("wal",)]
+    assert sql(store, "PRAGMA busy_timeout") == [(15000,)]
+    assert sql(store, "PRAGMA foreign_keys") == [(1,)]
+    rows = sql(store, "SELECT role, text FROM messages ORDER BY id")
     assert rows == [
         ("user", "list files"),
         ("assistant", "Looking."),
         ("user", ""),
         ("assistant", "Two files: a and b."),
     ]
-    versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
+    versions = [r[0] for r in sql(store, "SELECT version FROM schema_migrations")]
     assert versions == [m.version for m in MIGRATIONS]
     store.close()
 
@@ -147,7 +152,7 @@ async def test_search_list_and_delete() -> None:
     assert await store.delete_session("a") is True
     assert await store.delete_session("a") is False
     assert await store.load("a") is None
-    assert store._conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+    assert sql(store, "SELECT count(*) FROM messages") == [(1,)]
     store.close()
 
 
@@ -159,6 +164,27 @@ async def test_load_or_create_and_titles() -> None:
     await store.append_message("fixed-id", Message.user("\n\n" + long))
     [info] = await store.list_sessions()
     assert len(info.title) == 60 and info.title.endswith("…")
+    store.close()
+
+
+async def test_queued_writes_are_ordered_and_failures_logged() -> None:
+    store = Store(":memory:")
+    for i in range(3000):  # more than the pending bound, so some callers wait
+        await store.append_message("s", Message.user(str(i)))
+    loaded = await store.load("s")
+    assert loaded is not None
+    assert [m.text for m in loaded.messages] == [str(i) for i in range(3000)]
+    # A write that fails on the worker is reported, and later writes still land.
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        await store._worker.submit(lambda db: db.execute("INSERT INTO nope VALUES (1)"))
+        await store.flush()
+    await store.append_message("s", Message.user("after"))
+    loaded = await store.load("s")
+    assert loaded is not None and loaded.messages[-1].text == "after"
+    assert [e["event"] for e in logs] == ["store.write_failed"]
+    assert "no such table: nope" in logs[0]["error"]
     store.close()
 
 

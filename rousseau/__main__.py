@@ -1,0 +1,5 @@
+import sys
+
+from rousseau.cli import main
+
+sys.exit(main())

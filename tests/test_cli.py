@@ -1,0 +1,187 @@
+"""The `rousseau` command, run as a subprocess the way a user runs it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.llm import (
+    FakeLLMServer,
+    JSONReply,
+    openai_completion,
+    openai_error,
+    openai_stream,
+)
+
+SCRIPT = Path(sys.executable).parent / "rousseau"
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def env(home: Path, fake_llm: FakeLLMServer) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "OPENAI_API_KEY": "sk-test",
+        "ROUSSEAU_OPENAI_BASE_URL": fake_llm.url + "/v1",
+        "ROUSSEAU_OPENAI_MAX_RETRIES": "0",
+        "ROUSSEAU_STATE_PATH": str(home / "state.db"),
+        "ROUSSEAU_AGENT_WORKSPACE": str(home / "ws"),
+    }
+
+
+def rousseau(
+    *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMMAND, *args],
+        env=env,
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_one_shot_chat_prints_the_reply(env: dict[str, str], fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(openai_stream(openai_completion("Hello from the fake model.")))
+    result = rousseau("chat", "-m", "hello", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Hello from the fake model.\n"
+    assert fake_llm.posts()[0].body["messages"][-1] == {"role": "user", "content": "hello"}
+
+
+def test_session_continues_and_is_listed_shown_searched_deleted(
+    env: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.push(
+        openai_stream(openai_completion("Noted: your cat is Tom.")),
+        openai_stream(openai_completion("Tom.")),
+    )
+    assert rousseau("chat", "--session", "cats", "-m", "my cat is Tom", env=env).returncode == 0
+    second = rousseau("chat", "--session", "cats", "-m", "what is my cat called?", env=env)
+    assert second.stdout == "Tom.\n"
+    history = fake_llm.posts()[1].body["messages"]
+    assert [m["content"] for m in history if m["role"] != "system"] == [
+        "my cat is Tom",
+        "Noted: your cat is Tom.",
+        "what is my cat called?",
+    ]
+    listed = rousseau("session", "list", env=env).stdout
+    assert "cats" in listed and "my cat is Tom" in listed and " 4 " in listed
+    shown = rousseau("session", "show", "cats", env=env).stdout
+    assert "user: my cat is Tom\nassistant: Noted: your cat is Tom.\n" in shown
+    found = rousseau("session", "search", "called", env=env).stdout
+    assert found.startswith("cats") and "what is my cat called?" in found
+    refused = rousseau("session", "delete", "cats", env=env)
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert rousseau("session", "delete", "cats", "--yes", env=env).returncode == 0
+    assert "no sessions yet" in rousseau("session", "list", env=env).stdout
+    missing = rousseau("session", "show", "cats", env=env)
+    assert missing.returncode == 1 and missing.stderr == "rousseau: no such session: cats\n"
+
+
+def test_no_provider_configured_is_one_line(home: Path) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "ROUSSEAU_OLLAMA_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1",
+    }
+    result = rousseau("chat", "-m", "hello", env=env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1
+    assert "no model provider configured" in lines[0] and "ANTHROPIC_API_KEY" in lines[0]
+
+
+def test_config_error_names_the_key_without_traceback(home: Path, env: dict[str, str]) -> None:
+    config = home / "c.yaml"
+    config.write_text("agent:\n  max_iterations: lots\n")
+    result = rousseau("--config", str(config), "chat", "-m", "hi", env=env)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "agent.max_iterations: Input should be a valid integer" in result.stderr
+
+
+def test_provider_failure_is_one_line_and_message_kept(
+    env: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.push(openai_error(401, "Incorrect API key provided"))
+    result = rousseau("chat", "--session", "s1", "-m", "hello", env=env)
+    assert result.returncode == 1
+    assert result.stderr == (
+        "rousseau: openai: HTTP 401: Incorrect API key provided "
+        "(check openai.api_key or OPENAI_API_KEY)\n"
+    )
+    assert "user: hello" in rousseau("session", "show", "s1", env=env).stdout
+
+
+def test_one_shot_never_waits_for_approval(
+    env: dict[str, str], fake_llm: FakeLLMServer, home: Path
+) -> None:
+    fake_llm.push(
+        openai_stream(openai_completion(None, [("bash", {"command": "touch made"})])),
+        openai_stream(openai_completion("I was not allowed.")),
+    )
+    result = rousseau("chat", "-m", "make a file", env=env, timeout=20)
+    assert result.returncode == 0
+    assert result.stdout == "I was not allowed.\n"
+    assert "bash touch made" in result.stderr and "not allowed" in result.stderr
+    assert not (home / "ws" / "made").exists()
+
+
+def test_interactive_chat_asks_before_running_a_tool(
+    env: dict[str, str], fake_llm: FakeLLMServer, home: Path
+) -> None:
+    fake_llm.push(
+        openai_stream(openai_completion(None, [("bash", {"command": "touch approved"})])),
+        openai_stream(openai_completion("Made it.")),
+        openai_stream(openai_completion(None, [("bash", {"command": "touch refused"})])),
+        openai_stream(openai_completion("Okay, I won't.")),
+        JSONReply(openai_completion("unused")),
+    )
+    result = rousseau(
+        "chat", env=env, stdin="make a file\ny\nmake another\nn\n/session\n", timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "allow bash touch approved? [y/N]" in out and "Made it." in out
+    assert "allow bash touch refused? [y/N]" in out and "Okay, I won't." in out
+    assert "declined" in out
+    assert (home / "ws" / "approved").exists()
+    assert not (home / "ws" / "refused").exists()
+    assert "session " in out
+
+
+def test_doctor_passes_and_fails(env: dict[str, str], fake_llm: FakeLLMServer) -> None:
+    ok = rousseau("doctor", env=env)
+    assert ok.returncode == 0, ok.stdout
+    assert "ok    provider   openai" in ok.stdout and "ok    store" in ok.stdout
+    fake_llm.stop()
+    bad = rousseau("doctor", env=env)
+    assert bad.returncode == 1
+    assert "FAIL  provider   openai: cannot connect to" in bad.stdout
+
+
+def test_version_and_help(env: dict[str, str]) -> None:
+    assert rousseau("version", env=env).stdout.startswith("rousseau 0.")
+    help_text = rousseau("--help", env=env).stdout
+    for command in ("chat", "session", "doctor", "version"):
+        assert command in help_text
