@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from tests.fakes.llm import (
     FakeLLMServer,
     JSONReply,
+    Sleep,
     openai_completion,
     openai_error,
     openai_stream,
@@ -168,6 +171,35 @@ def test_interactive_chat_asks_before_running_a_tool(
     assert (home / "ws" / "approved").exists()
     assert not (home / "ws" / "refused").exists()
     assert "session " in out
+
+
+def test_interrupt_stops_a_reply_and_the_chat_goes_on(
+    env: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.push(
+        Sleep(30, openai_stream(openai_completion("too late"))),
+        openai_stream(openai_completion("quick answer")),
+    )
+    proc = subprocess.Popen(
+        [*COMMAND, "chat"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write("be slow\n")
+    proc.stdin.flush()
+    deadline = time.monotonic() + 20
+    while not fake_llm.posts() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake_llm.posts(), "the first message never reached the model"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(input="now quick\n", timeout=20)
+    assert proc.returncode == 0, err
+    assert "(stopped)" in out and "quick answer" in out and "too late" not in out
 
 
 def test_doctor_passes_and_fails(env: dict[str, str], fake_llm: FakeLLMServer) -> None:

@@ -156,7 +156,7 @@ async def interactive(
     screen.info.write(banner + "\n")
     current = _Current()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_watch_interrupts, current, tg.cancel_scope)
+        tg.start_soon(_watch_interrupts, current, tg.cancel_scope, screen)
         while True:
             line = await reader.read(screen.paint.bold("you> "))
             if line is None:
@@ -189,12 +189,13 @@ async def interactive(
         tg.cancel_scope.cancel()
 
 
-async def _watch_interrupts(current: _Current, everything: CancelScope) -> None:
+async def _watch_interrupts(current: _Current, everything: CancelScope, screen: Screen) -> None:
     with anyio.open_signal_receiver(signal.SIGINT) as signals:
         async for _ in signals:
             if current.turn is not None:
                 current.turn.cancel()
             else:
+                screen.info.write("\n")
                 everything.cancel()
                 return
 
