@@ -11,6 +11,7 @@ from rousseau.tools.base import (
     Registry,
     Tool,
     Workspace,
+    WorkspaceTool,
 )
 from rousseau.tools.bash import BashTool, scrubbed_environ
 from rousseau.tools.edit import EditTool
@@ -28,6 +29,7 @@ __all__ = [
     "Registry",
     "Tool",
     "Workspace",
+    "WorkspaceTool",
     "WriteTool",
     "builtin_registry",
     "scrubbed_environ",

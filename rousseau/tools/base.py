@@ -112,6 +112,23 @@ class OutsideWorkspaceError(ValueError):
     """A path resolves outside the workspace."""
 
 
+class WorkspaceTool(Tool):
+    """A tool confined to a workspace: a path that leads out becomes an error result."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+        try:
+            return await self.run(input, call)
+        except OutsideWorkspaceError as exc:
+            return ToolOutput(content=str(exc), is_error=True)
+
+    @abstractmethod
+    async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+        """Do the work; `self.workspace.resolve` may raise OutsideWorkspaceError."""
+
+
 class Workspace:
     """The folder tools may touch. Every path is resolved, symlinks included, and checked."""
 

@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 import anyio
 
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.tools.base import OutsideWorkspaceError, Tool, Workspace, looks_binary
+from rousseau.tools.base import WorkspaceTool, looks_binary
 
 
-class EditTool(Tool):
+class EditTool(WorkspaceTool):
     name = "edit"
     description = (
         "Replace old_string with new_string in a workspace file. old_string must occur exactly "
@@ -32,17 +32,11 @@ class EditTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
-
-    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+    async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
         old, new = input["old_string"], input["new_string"]
         if old == new:
             return ToolOutput(content="old_string and new_string are the same", is_error=True)
-        try:
-            path = self.workspace.resolve(input["path"])
-        except OutsideWorkspaceError as exc:
-            return ToolOutput(content=str(exc), is_error=True)
+        path = self.workspace.resolve(input["path"])
         return await anyio.to_thread.run_sync(_edit, path, input["path"], old, new)
 
 

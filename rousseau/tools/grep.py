@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import anyio
 
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.tools.base import OutsideWorkspaceError, Tool, Workspace, looks_binary
+from rousseau.tools.base import OutsideWorkspaceError, WorkspaceTool, looks_binary
 
 MAX_MATCHES = 200
 MAX_FILE_SIZE = 4 * 1024 * 1024
@@ -20,7 +20,7 @@ MAX_LINE = 500
 SKIP_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__"})
 
 
-class GrepTool(Tool):
+class GrepTool(WorkspaceTool):
     name = "grep"
     description = (
         "Search files in the workspace for a regular expression (Python syntax). Prints "
@@ -42,19 +42,13 @@ class GrepTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
-
-    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+    async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
         flags = re.IGNORECASE if input.get("ignore_case") else 0
         try:
             regex = re.compile(input["pattern"], flags)
         except re.error as exc:
             return ToolOutput(content=f"invalid pattern: {exc}", is_error=True)
-        try:
-            start = self.workspace.resolve(input.get("path") or ".")
-        except OutsideWorkspaceError as exc:
-            return ToolOutput(content=str(exc), is_error=True)
+        start = self.workspace.resolve(input.get("path") or ".")
         if not start.exists():
             return ToolOutput(content=f"no such file or folder: {input.get('path')}", is_error=True)
         include = input.get("include") or ""

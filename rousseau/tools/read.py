@@ -8,13 +8,13 @@ from typing import Any, ClassVar
 import anyio
 
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.tools.base import OutsideWorkspaceError, Tool, Workspace, looks_binary
+from rousseau.tools.base import WorkspaceTool, looks_binary
 
 MAX_OUTPUT = 200 * 1024
 MAX_LINE = 4000
 
 
-class ReadTool(Tool):
+class ReadTool(WorkspaceTool):
     name = "read"
     description = (
         "Read a text file in the workspace. Lines come numbered (number, tab, text). "
@@ -32,14 +32,8 @@ class ReadTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
-
-    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
-        try:
-            path = self.workspace.resolve(input["path"])
-        except OutsideWorkspaceError as exc:
-            return ToolOutput(content=str(exc), is_error=True)
+    async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+        path = self.workspace.resolve(input["path"])
         offset = int(input.get("offset", 1))
         limit = input.get("limit")
         return await anyio.to_thread.run_sync(_read, path, input["path"], offset, limit)

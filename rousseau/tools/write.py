@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 import anyio
 
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.tools.base import OutsideWorkspaceError, Tool, Workspace
+from rousseau.tools.base import WorkspaceTool
 
 
-class WriteTool(Tool):
+class WriteTool(WorkspaceTool):
     name = "write"
     description = (
         "Create or overwrite a file in the workspace with the given content. "
@@ -27,14 +27,8 @@ class WriteTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
-
-    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
-        try:
-            path = self.workspace.resolve(input["path"])
-        except OutsideWorkspaceError as exc:
-            return ToolOutput(content=str(exc), is_error=True)
+    async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+        path = self.workspace.resolve(input["path"])
         if path == self.workspace.root:
             return ToolOutput(content="path names the workspace itself", is_error=True)
         return await anyio.to_thread.run_sync(_write, path, input["path"], input["content"])
