@@ -25,6 +25,7 @@ from rousseau.tools import builtin_registry
 from tests.fakes.llm import (
     FakeLLMServer,
     JSONReply,
+    Sleep,
     a_text,
     a_tool,
     anthropic_error,
@@ -213,3 +214,13 @@ async def test_connection_refused_is_one_line() -> None:
 async def test_check_lists_models(fake_llm: FakeLLMServer) -> None:
     await provider(fake_llm).check()
     assert fake_llm.requests[0].path.startswith("/v1/models")
+
+
+async def test_timeout_is_honoured(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Sleep(3, JSONReply(anthropic_message(a_text("late")))))
+    p = AnthropicProvider(api_key="k", model="m", base_url=fake_llm.url, max_retries=0, timeout=0.5)
+    _open.append(p)
+    with pytest.raises(
+        ProviderError, match=r"^anthropic: timed out talking to http://127\.0\.0\.1"
+    ):
+        await p.complete(request())

@@ -26,6 +26,7 @@ from rousseau.tools import builtin_registry
 from tests.fakes.llm import (
     FakeLLMServer,
     JSONReply,
+    Sleep,
     openai_completion,
     openai_error,
     openai_stream,
@@ -223,3 +224,13 @@ async def test_connection_refused_is_one_line() -> None:
 async def test_check_lists_models(fake_llm: FakeLLMServer) -> None:
     await provider(fake_llm).check()
     assert fake_llm.requests[0].path == "/v1/models"
+
+
+async def test_timeout_is_honoured(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(Sleep(3, JSONReply(openai_completion("late"))))
+    p = OpenAIProvider(
+        api_key="k", model="m", base_url=fake_llm.url + "/v1", max_retries=0, timeout=0.5
+    )
+    _open.append(p)
+    with pytest.raises(ProviderError, match=r"^openai: timed out talking to http://127\.0\.0\.1"):
+        await p.complete(request())

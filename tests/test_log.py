@@ -1,0 +1,43 @@
+"""Secrets never reach a log line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import structlog
+
+from rousseau.log import MASK, Redactor, configure_logging
+
+
+def test_redactor_masks_configured_secrets_and_token_shapes() -> None:
+    redact = Redactor(["hunter2-very-secret"])
+    event = redact(
+        None,
+        "info",
+        {
+            "event": "x",
+            "detail": "login with hunter2-very-secret failed",
+            "nested": {"list": ["sk-abcdefghijklmnopqrstuvwxyz", "ok"]},
+            "telegram": "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawXYZ",
+            "slack": "xoxb-1234567890-abcdefghij",
+            "error": RuntimeError("bad key hunter2-very-secret"),
+            "count": 3,
+        },
+    )
+    text = json.dumps(event)
+    assert "hunter2" not in text and "sk-abc" not in text
+    assert "AAHdqT" not in text and "xoxb-" not in text
+    assert event["nested"]["list"][1] == "ok" and event["count"] == 3
+    assert text.count(MASK) == 5
+
+
+def test_configured_logging_writes_redacted_json(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info", "json", secrets=["sk-live-0123456789"])
+    structlog.get_logger("t").info("provider.called", key="sk-live-0123456789", n=1)
+    structlog.get_logger("t").debug("hidden.below_level")
+    line = capsys.readouterr().err.strip()
+    record = json.loads(line)
+    assert record["event"] == "provider.called" and record["key"] == MASK
+    assert record["level"] == "info" and "timestamp" in record
+    structlog.reset_defaults()
