@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("version", help="print the version").set_defaults(func=_version)
     sub.add_parser(
+        "status", help="which provider, which store, how many sessions and tokens"
+    ).set_defaults(func=_status)
+    sub.add_parser(
         "doctor", help="check the config, the store and the provider; exit 1 on a failure"
     ).set_defaults(func=_doctor)
     return parser
@@ -106,8 +109,12 @@ def _chat(args: argparse.Namespace) -> int:
 
     config = _config(args)
     name, _why = detect_provider(config)
-    provider = build_provider(config, name)
     store = Store(config.state.path)
+    try:
+        provider = build_provider(config, name, store=store)
+    except BaseException:
+        store.close()
+        raise
     try:
         if args.message is not None:
             return anyio.run(_chat_once, config, provider, store, args)
@@ -228,9 +235,10 @@ def _session_show(args: argparse.Namespace) -> int:
     store = _store(args)
     try:
         session = store.load_sync(args.id)
+        info = store.info_sync(args.id)
     finally:
         store.close()
-    if session is None:
+    if session is None or info is None:
         raise StoreError(f"no such session: {args.id}")
     for message in session.messages:
         for c in message.content:
@@ -241,7 +249,15 @@ def _session_show(args: argparse.Namespace) -> int:
             elif c.tool_result is not None:
                 first = (c.tool_result.content.strip().splitlines() or [""])[0][:100]
                 print(f"  {'!' if c.tool_result.is_error else '='} {first}")
+    print(f"-- {info.message_count} messages; tokens: {_tokens(info.usage)}")
     return 0
+
+
+def _tokens(usage: Any) -> str:
+    return (
+        f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
+        f"{usage.cache_read_tokens:,} cache read, {usage.cache_write_tokens:,} cache write"
+    )
 
 
 def _session_delete(args: argparse.Namespace) -> int:
@@ -268,6 +284,31 @@ def _version(args: argparse.Namespace) -> int:
     from rousseau import __version__
 
     print(f"rousseau {__version__}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from rousseau.agent import ConfigError
+    from rousseau.providers import detect_provider
+    from rousseau.state import Store
+
+    config = _config(args)
+    print(f"config     {config.source or 'no file; defaults and environment'}")
+    try:
+        name, why = detect_provider(config)
+        model = getattr(getattr(config, name), "model", "")
+        print(f"provider   {name} {model} ({why})")
+    except ConfigError as exc:
+        print(f"provider   none: {exc}")
+    if config.fallback:
+        print(f"fallback   {', '.join(config.fallback)}")
+    store = Store(config.state.path)
+    try:
+        count, usage = store.totals_sync()
+    finally:
+        store.close()
+    print(f"store      {store.path}: {count} sessions")
+    print(f"tokens     {_tokens(usage)}")
     return 0
 
 
@@ -333,6 +374,7 @@ def _doctor_provider(config: Config, report: Callable[[bool, str, str], None]) -
     except RousseauError as exc:
         report(False, "provider", str(exc))
         return
+    report(True, "chosen", f"{name}: {why}")
 
     async def check() -> None:
         probe = getattr(provider, "check", None)

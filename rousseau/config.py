@@ -93,6 +93,7 @@ class AnthropicConfig(Section):
     base_url: str | None = None
     max_retries: int = Field(default=2, ge=0)
     timeout: Duration = 600.0
+    prompt_caching: bool = True
 
 
 class OpenAIConfig(Section):
@@ -119,14 +120,22 @@ class BedrockConfig(Section):
     model: str = "anthropic.claude-sonnet-4-5-20250929-v1:0"
     profile: str | None = None
     max_tokens: int = Field(default=8192, ge=1)
+    base_url: str | None = None
+    max_retries: int = Field(default=2, ge=0)
+    timeout: Duration = 600.0
+    prompt_caching: bool = True
 
 
 class VertexConfig(Section):
     project: str | None = None
     region: str | None = None
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-4-5@20250929"
     credentials_file: str | None = None
     max_tokens: int = Field(default=8192, ge=1)
+    base_url: str | None = None
+    max_retries: int = Field(default=2, ge=0)
+    timeout: Duration = 600.0
+    prompt_caching: bool = True
 
 
 class ClaudeCLIConfig(Section):

@@ -6,6 +6,10 @@
     │   ├── ToolNotFoundError      agent: tool not found: NAME
     │   └── MaxIterationsError     agent: max iterations exceeded
     ├── ProviderError              one line: provider, HTTP status, what to check
+    │   ├── ProviderAuthError        401/403: the key or its permissions
+    │   ├── ProviderRateLimitError   429, after the retries the SDK made
+    │   ├── ProviderUnavailableError 5xx, timeouts, connection failures
+    │   └── ProviderRequestError     400/404/413: the request itself was refused
     ├── StoreError                 the SQLite store could not do what was asked
     ├── MissingExtraError          an optional SDK is not installed; names the pip extra
     └── ConfigError                names the key path (agent.max_iterations: ...)
@@ -51,11 +55,28 @@ class ProviderError(RousseauError):
         self.status = status
         self.message = message
         self.hint = hint
+        self.retry_after: str | None = None
         where = f"{provider}: HTTP {status}" if status else provider
         text = f"{where}: {message}"
         if hint:
             text += f" ({hint})"
         super().__init__(text)
+
+
+class ProviderAuthError(ProviderError):
+    """The provider refused the credentials (401) or their use of the model (403)."""
+
+
+class ProviderRateLimitError(ProviderError):
+    """Rate limited or out of quota (429), after the client's own retries."""
+
+
+class ProviderUnavailableError(ProviderError):
+    """The provider failed or could not be reached: 5xx, timeout, connection refused."""
+
+
+class ProviderRequestError(ProviderError):
+    """The request itself was refused (400, 404, 413, ...); retrying as-is will not help."""
 
 
 class StoreError(RousseauError):

@@ -25,6 +25,7 @@ from rousseau.agent.protocols import (
     ToolBox,
     ToolCall,
 )
+from rousseau.agent.repair import repair_history
 from rousseau.agent.types import (
     Content,
     Message,
@@ -100,6 +101,9 @@ class Agent:
         if not session.messages:
             raise EmptySessionError()
         try:
+            repaired = repair_history(session.messages)
+            if repaired:
+                log.warning("agent.history_repaired", session=session.id, fixes=repaired)
             compaction = await self.options.compressor.compress(session)
             if compaction is not None and self.options.history is not None:
                 await self.options.history.compact(session.id, compaction)
@@ -120,7 +124,7 @@ class Agent:
                     else:
                         yield event
                 assert response is not None
-                await self.append(session, response.message)
+                await self.append(session, response.message, usage=response.usage)
                 yield StreamEvent.final(response)
                 uses = response.message.tool_uses
                 if not uses:
@@ -176,11 +180,11 @@ class Agent:
             parts.append(await self.options.recall.appendix(session))
         return "\n\n".join(p.strip() for p in parts if p and p.strip())
 
-    async def append(self, session: Session, message: Message) -> None:
+    async def append(self, session: Session, message: Message, usage: Usage | None = None) -> None:
         """Add a message to the session and to the history, if there is one."""
         session.messages.append(message)
         if self.options.history is not None:
-            await self.options.history.append_message(session.id, message)
+            await self.options.history.append_message(session.id, message, usage)
 
     async def _run_tool(
         self, session: Session, use: ToolUse, *, unattended: bool

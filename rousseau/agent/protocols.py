@@ -14,6 +14,7 @@ from rousseau.agent.types import (
     Session,
     StreamEvent,
     ToolDefinition,
+    Usage,
 )
 
 
@@ -92,7 +93,11 @@ class MessageLog(Protocol):
     `flush` before a turn returns or raises, so a finished turn is on disk.
     """
 
-    async def append_message(self, session_id: str, message: Message) -> None: ...
+    async def append_message(
+        self, session_id: str, message: Message, usage: Usage | None = None
+    ) -> None:
+        """Persist a message; `usage` is what the model call that produced it cost."""
+        ...
 
     async def flush(self) -> None: ...
 

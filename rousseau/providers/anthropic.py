@@ -1,4 +1,8 @@
-"""Anthropic's Messages API through the official SDK: async, streaming, tools."""
+"""Anthropic's Messages API through the official SDK: async, streaming, tools, prompt caching.
+
+`MessagesProvider` holds what the direct API, Bedrock and Vertex share (they speak the same
+Messages API through the SDK's three clients); only the client and the error hints differ.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtraError("the anthropic provider", "anthropic") from exc
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+MAX_CACHE_BREAKPOINTS = 4  # the API's limit per request
+_EPHEMERAL = {"type": "ephemeral"}
 
 _STOP = {
     "end_turn": StopReason.END_TURN,
@@ -35,10 +41,92 @@ _STOP = {
 }
 
 
-class AnthropicProvider:
-    """Streams from the Messages API; sends full tool schemas, `required` included."""
+class MessagesProvider:
+    """A provider speaking the Messages API through one of the SDK's async clients."""
 
     name = "anthropic"
+    key_hint = "check anthropic.api_key or ANTHROPIC_API_KEY"
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        max_tokens: int,
+        base_url: str,
+        prompt_caching: bool = True,
+    ) -> None:
+        self._client = client
+        self.model = model
+        self.max_tokens = max_tokens
+        self.base_url = base_url
+        self.prompt_caching = prompt_caching
+
+    async def complete(self, request: Request) -> Response:
+        try:
+            message = await self._client.messages.create(**self.params(request))
+        except anthropic.APIError as exc:
+            raise self._translate(exc) from exc
+        return _response(message)
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        try:
+            async with self._client.messages.stream(**self.params(request)) as stream:
+                async for event in stream:
+                    if event.type == "text" and event.text:
+                        yield StreamEvent.text_delta(event.text)
+                final = await stream.get_final_message()
+        except anthropic.APIError as exc:
+            raise self._translate(exc) from exc
+        yield StreamEvent.final(_response(final))
+
+    async def check(self) -> None:
+        """Prove the endpoint answers and the credentials are accepted (a one-token request)."""
+        await self.complete(
+            Request(session_id="doctor", system="", messages=[Message.user("ping")])
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def params(self, request: Request) -> dict[str, Any]:
+        """The request body: full tool schemas and, when caching, cache breakpoints."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": [_message(m) for m in request.messages],
+        }
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
+        if tools:
+            params["tools"] = tools
+        if request.system:
+            params["system"] = [{"type": "text", "text": request.system}]
+        if self.prompt_caching:
+            _mark_cache_breakpoints(params, request)
+        return params
+
+    def _translate(self, exc: Exception) -> ProviderError:
+        if isinstance(exc, anthropic.APIStatusError):
+            return status_error(
+                self.name,
+                exc.status_code,
+                error_message(exc.body, exc.message),
+                model=self.model,
+                key_hint=self.key_hint,
+                section=self.name,
+                retry_after=exc.response.headers.get("retry-after"),
+            )
+        if isinstance(exc, anthropic.APIConnectionError):
+            timeout = isinstance(exc, anthropic.APITimeoutError)
+            return connection_error(self.name, self.base_url, section=self.name, timeout=timeout)
+        return ProviderError(self.name, str(exc))
+
+
+class AnthropicProvider(MessagesProvider):
+    """The Messages API at api.anthropic.com (or a compatible `base_url`)."""
 
     def __init__(
         self,
@@ -49,74 +137,62 @@ class AnthropicProvider:
         base_url: str | None = None,
         max_retries: int = 2,
         timeout: float = 600.0,
+        prompt_caching: bool = True,
     ) -> None:
-        self.model = model
-        self.max_tokens = max_tokens
-        self.base_url = base_url or DEFAULT_BASE_URL
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=self.base_url,
-            max_retries=max_retries,
-            timeout=timeout,
+        url = base_url or DEFAULT_BASE_URL
+        client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=url, max_retries=max_retries, timeout=timeout
+        )
+        super().__init__(
+            client, model=model, max_tokens=max_tokens, base_url=url, prompt_caching=prompt_caching
         )
 
-    async def complete(self, request: Request) -> Response:
-        try:
-            message = await self._client.messages.create(**self._params(request))
-        except anthropic.APIError as exc:
-            raise self._translate(exc) from exc
-        return _response(message)
-
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        try:
-            async with self._client.messages.stream(**self._params(request)) as stream:
-                async for event in stream:
-                    if event.type == "text" and event.text:
-                        yield StreamEvent.text_delta(event.text)
-                final = await stream.get_final_message()
-        except anthropic.APIError as exc:
-            raise self._translate(exc) from exc
-        yield StreamEvent.final(_response(final))
-
     async def check(self) -> None:
-        """Prove the endpoint answers and the key is accepted (lists one model)."""
+        """Lists one model: proves the endpoint answers and the key is accepted, for free."""
         try:
             await self._client.models.list(limit=1)
         except anthropic.APIError as exc:
             raise self._translate(exc) from exc
 
-    async def aclose(self) -> None:
-        await self._client.close()
 
-    def _params(self, request: Request) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "messages": [_message(m) for m in request.messages],
-        }
-        if request.system:
-            params["system"] = request.system
-        if request.tools:
-            params["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-                for t in request.tools
-            ]
-        return params
+def cache_breakpoints(request: Request) -> list[int]:
+    """Indexes of messages to end a cached prefix at, most stable first.
 
-    def _translate(self, exc: Exception) -> ProviderError:
-        if isinstance(exc, anthropic.APIStatusError):
-            return status_error(
-                self.name,
-                exc.status_code,
-                error_message(exc.body, exc.message),
-                section="anthropic",
-                model=self.model,
-                env="ANTHROPIC_API_KEY",
-            )
-        if isinstance(exc, anthropic.APIConnectionError):
-            timeout = isinstance(exc, anthropic.APITimeoutError)
-            return connection_error(self.name, self.base_url, section="anthropic", timeout=timeout)
-        return ProviderError(self.name, str(exc))
+    The compressor's summary prefix, the last message of the previous turn (the stable
+    history) and the newest message (so the next iteration of a tool loop reads the cache).
+    """
+    messages = request.messages
+    points: list[int] = []
+    if request.cacheable_messages > 0:
+        points.append(min(request.cacheable_messages, len(messages)) - 1)
+    turn_start = next(
+        (
+            i
+            for i in range(len(messages) - 1, -1, -1)
+            if messages[i].role is Role.USER and not messages[i].tool_results
+        ),
+        None,
+    )
+    if turn_start is not None and turn_start > 0:
+        points.append(turn_start - 1)
+    if messages:
+        points.append(len(messages) - 1)
+    return sorted(set(points))
+
+
+def _mark_cache_breakpoints(params: dict[str, Any], request: Request) -> None:
+    budget = MAX_CACHE_BREAKPOINTS
+    # Tools come first in the cached prefix, then the system prompt: one mark covers both.
+    if "system" in params:
+        params["system"][-1]["cache_control"] = _EPHEMERAL
+        budget -= 1
+    elif "tools" in params:
+        params["tools"][-1]["cache_control"] = _EPHEMERAL
+        budget -= 1
+    points = cache_breakpoints(request)
+    # Over budget, drop the oldest marks: the newest prefix is the longest and most useful.
+    for index in points[-budget:] if budget > 0 else []:
+        params["messages"][index]["content"][-1]["cache_control"] = _EPHEMERAL
 
 
 def _message(message: Message) -> dict[str, Any]:

@@ -138,13 +138,15 @@ class OpenAIProvider:
 
     def _translate(self, exc: Exception) -> ProviderError:
         if isinstance(exc, openai.APIStatusError):
+            env = _ENV.get(self.name)
             return status_error(
                 self.name,
                 exc.status_code,
                 error_message(exc.body, exc.message),
-                section=self.name,
                 model=self.model,
-                env=_ENV.get(self.name, ""),
+                key_hint=f"check {self.name}.api_key" + (f" or {env}" if env else ""),
+                section=self.name,
+                retry_after=exc.response.headers.get("retry-after"),
             )
         if isinstance(exc, openai.APIConnectionError):
             timeout = isinstance(exc, openai.APITimeoutError)

@@ -43,6 +43,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX messages_session ON messages(session_id, id)",
         ),
     ),
+    Migration(
+        2,
+        "token usage per session, provider-side session ids",
+        (
+            "ALTER TABLE sessions ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE sessions ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE sessions ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE sessions ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
+            """CREATE TABLE external_sessions (
+                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                provider TEXT NOT NULL,
+                external_id TEXT NOT NULL,
+                PRIMARY KEY (session_id, provider)
+            )""",
+        ),
+    ),
 )
 
 

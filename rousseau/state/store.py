@@ -14,12 +14,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import structlog
 
-from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError
+from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError, Usage
 from rousseau.state.migrations import migrate
 from rousseau.state.worker import DBWorker
 
@@ -31,13 +31,14 @@ TITLE_LENGTH = 60
 
 @dataclass(kw_only=True, slots=True)
 class SessionInfo:
-    """A session as listed: no messages, just what identifies it."""
+    """A session as listed: no messages, just what identifies it and what it cost."""
 
     id: str
     title: str
     message_count: int
     created_at: float
     updated_at: float
+    usage: Usage
 
 
 @dataclass(kw_only=True, slots=True)
@@ -148,19 +149,27 @@ class Store:
         return op
 
     @staticmethod
-    def _append(session_id: str, message: Message) -> Callable[[sqlite3.Connection], None]:
+    def _append(
+        session_id: str, message: Message, usage: Usage | None
+    ) -> Callable[[sqlite3.Connection], None]:
         content = json.dumps([c.to_dict() for c in message.content], ensure_ascii=False)
         text = message.text
         title = _title(text) if message.role is Role.USER else ""
+        u = usage or Usage()
+        tokens = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
 
         def op(db: sqlite3.Connection) -> None:
             now = time.time()
             db.execute(
-                "INSERT INTO sessions (id, title, created_at, updated_at, message_count)"
-                " VALUES (?1, ?2, ?3, ?3, 1) ON CONFLICT (id) DO UPDATE SET"
+                "INSERT INTO sessions (id, title, created_at, updated_at, message_count,"
+                " input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)"
+                " VALUES (?1, ?2, ?3, ?3, 1, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO UPDATE SET"
                 " updated_at = ?3, message_count = message_count + 1,"
-                " title = CASE WHEN title = '' THEN ?2 ELSE title END",
-                (session_id, title, now),
+                " title = CASE WHEN title = '' THEN ?2 ELSE title END,"
+                " input_tokens = input_tokens + ?4, output_tokens = output_tokens + ?5,"
+                " cache_read_tokens = cache_read_tokens + ?6,"
+                " cache_write_tokens = cache_write_tokens + ?7",
+                (session_id, title, now, *tokens),
             )
             db.execute(
                 "INSERT INTO messages (session_id, role, content, text, created_at)"
@@ -192,21 +201,35 @@ class Store:
         return op
 
     @staticmethod
-    def _list(limit: int) -> Callable[[sqlite3.Connection], list[SessionInfo]]:
+    def _list(
+        limit: int, session_id: str | None = None
+    ) -> Callable[[sqlite3.Connection], list[SessionInfo]]:
+        where = "WHERE id = ?" if session_id is not None else ""
+        params: tuple[object, ...] = (session_id, limit) if session_id is not None else (limit,)
+
         def op(db: sqlite3.Connection) -> list[SessionInfo]:
             rows = db.execute(
-                "SELECT id, title, message_count, created_at, updated_at FROM sessions"
-                " ORDER BY updated_at DESC LIMIT ?",
-                (limit,),
+                "SELECT id, title, message_count, created_at, updated_at, input_tokens,"
+                " output_tokens, cache_read_tokens, cache_write_tokens FROM sessions"
+                f" {where} ORDER BY updated_at DESC LIMIT ?",
+                params,
             )
-            return [
-                SessionInfo(
-                    id=r[0], title=r[1], message_count=r[2], created_at=r[3], updated_at=r[4]
-                )
-                for r in rows
-            ]
+            return [_info(r) for r in rows]
 
         return op
+
+    @staticmethod
+    def _usage_total(db: sqlite3.Connection) -> tuple[int, Usage]:
+        r = db.execute(
+            "SELECT count(*), total(input_tokens), total(output_tokens),"
+            " total(cache_read_tokens), total(cache_write_tokens) FROM sessions"
+        ).fetchone()
+        return int(r[0]), Usage(
+            input_tokens=int(r[1]),
+            output_tokens=int(r[2]),
+            cache_read_tokens=int(r[3]),
+            cache_write_tokens=int(r[4]),
+        )
 
     @staticmethod
     def _search(query: str, limit: int) -> Callable[[sqlite3.Connection], list[SearchHit]]:
@@ -248,8 +271,18 @@ class Store:
     def load_sync(self, session_id: str) -> Session | None:
         return self._sync(self._load(session_id))
 
-    def append_message_sync(self, session_id: str, message: Message) -> None:
-        self._sync(self._append(session_id, message), write=True)
+    def append_message_sync(
+        self, session_id: str, message: Message, usage: Usage | None = None
+    ) -> None:
+        self._sync(self._append(session_id, message, usage), write=True)
+
+    def info_sync(self, session_id: str) -> SessionInfo | None:
+        found = self._sync(self._list(1, session_id))
+        return found[0] if found else None
+
+    def totals_sync(self) -> tuple[int, Usage]:
+        """How many sessions there are and what they cost, all together."""
+        return self._sync(self._usage_total)
 
     def compact_sync(self, session_id: str, compaction: Compaction) -> None:
         """Hide the oldest live messages behind a summary; they stay stored for search."""
@@ -289,7 +322,9 @@ class Store:
         session = await self.load(session_id)
         return session if session is not None else await self.create_session(session_id)
 
-    async def append_message(self, session_id: str, message: Message) -> None:
+    async def append_message(
+        self, session_id: str, message: Message, usage: Usage | None = None
+    ) -> None:
         """Queue the message for writing; it is committed before any later store operation.
 
         Not waiting for the commit keeps the agent loop fast; `flush()` (which the loop calls
@@ -297,7 +332,36 @@ class Store:
         """
         if self._worker.stopped:
             raise StoreError("the session store is closed")
-        await self._worker.submit(self._append(session_id, message))
+        await self._worker.submit(self._append(session_id, message, usage))
+
+    async def get_external_session(self, session_id: str, provider: str) -> str | None:
+        """A provider's own id for this session (claudecli's CLI session), if it has one."""
+
+        def op(db: sqlite3.Connection) -> str | None:
+            row = db.execute(
+                "SELECT external_id FROM external_sessions WHERE session_id = ? AND provider = ?",
+                (session_id, provider),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._async(op)
+
+    async def set_external_session(self, session_id: str, provider: str, external: str) -> None:
+        def op(db: sqlite3.Connection) -> None:
+            now = time.time()
+            db.execute(
+                "INSERT OR IGNORE INTO sessions (id, title, created_at, updated_at)"
+                " VALUES (?, '', ?, ?)",
+                (session_id, now, now),
+            )
+            db.execute(
+                "INSERT INTO external_sessions (session_id, provider, external_id)"
+                " VALUES (?, ?, ?) ON CONFLICT (session_id, provider)"
+                " DO UPDATE SET external_id = excluded.external_id",
+                (session_id, provider, external),
+            )
+
+        await self._async(op, write=True)
 
     async def flush(self) -> None:
         """Wait until every queued write is committed."""
@@ -317,6 +381,22 @@ class Store:
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)
+
+
+def _info(r: tuple[Any, ...]) -> SessionInfo:
+    return SessionInfo(
+        id=str(r[0]),
+        title=str(r[1]),
+        message_count=int(r[2]),
+        created_at=float(r[3]),
+        updated_at=float(r[4]),
+        usage=Usage(
+            input_tokens=int(r[5]),
+            output_tokens=int(r[6]),
+            cache_read_tokens=int(r[7]),
+            cache_write_tokens=int(r[8]),
+        ),
+    )
 
 
 def _decode(role: str, content: str) -> Message:
