@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,9 @@ from rousseau.providers.anthropic import MessagesProvider
 
 try:
     import anthropic
-    import google.auth
     from google.auth.exceptions import GoogleAuthError
+    from google.oauth2 import credentials as user_credentials
+    from google.oauth2 import service_account
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the vertex provider", "vertex") from exc
 
@@ -72,11 +74,25 @@ def _credentials(credentials_file: str | None) -> tuple[Any, str | None]:
             "vertex: no Google credentials found; set vertex.credentials_file or "
             "GOOGLE_APPLICATION_CREDENTIALS (or run gcloud auth application-default login)"
         )
+    file = Path(path).expanduser()
     try:
-        credentials, project = google.auth.load_credentials_from_file(
-            str(Path(path).expanduser()), scopes=SCOPES
-        )
-    except GoogleAuthError as exc:
-        raise ConfigError(f"vertex.credentials_file: {exc}") from exc
-    project = project or getattr(credentials, "quota_project_id", None)
-    return credentials, project
+        info = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"vertex.credentials_file: cannot read {file}: {exc}") from exc
+    kind = info.get("type") if isinstance(info, dict) else None
+    # Only the two kinds a user makes on purpose; an unexpected kind is refused, not trusted.
+    try:
+        if kind == "service_account":
+            credentials = service_account.Credentials.from_service_account_info(info, scopes=SCOPES)
+            return credentials, info.get("project_id")
+        if kind == "authorized_user":
+            credentials = user_credentials.Credentials.from_authorized_user_info(
+                info, scopes=SCOPES
+            )
+            return credentials, info.get("quota_project_id")
+    except (GoogleAuthError, ValueError, KeyError) as exc:
+        raise ConfigError(f"vertex.credentials_file: {file}: {exc}") from exc
+    raise ConfigError(
+        f"vertex.credentials_file: {file} holds {kind!r} credentials; "
+        "use a service account key or gcloud's application-default credentials"
+    )

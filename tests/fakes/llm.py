@@ -6,10 +6,12 @@ Replies are scripted (`push`) or computed (`responder`); every request is record
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,14 +43,21 @@ class SSEReply:
 
 
 @dataclass
+class BinaryReply:
+    body: bytes
+    content_type: str
+    status: int = 200
+
+
+@dataclass
 class Sleep:
     """Wait this long, then send `then`."""
 
     seconds: float
-    then: JSONReply | SSEReply
+    then: JSONReply | SSEReply | BinaryReply
 
 
-Reply = JSONReply | SSEReply | Sleep
+Reply = JSONReply | SSEReply | BinaryReply | Sleep
 
 
 class FakeLLMServer:
@@ -56,6 +65,8 @@ class FakeLLMServer:
         self.requests: list[Recorded] = []
         self.replies: deque[Reply] = deque()
         self.responder: Callable[[Recorded], Reply] | None = None
+        self.routes: dict[str, Callable[[Recorded], Reply]] = {}
+        """Path prefixes answered by a function instead of the scripted queue."""
         self._lock = threading.Lock()
         server = self
 
@@ -74,10 +85,14 @@ class FakeLLMServer:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b"{}"
-                body = json.loads(raw or b"{}")
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"_raw": raw.decode("utf-8", errors="replace")}
                 recorded = server._record(self, body)
-                server._send(self, server._next(recorded))
+                route = next((f for p, f in server.routes.items() if self.path.startswith(p)), None)
+                server._send(self, route(recorded) if route else server._next(recorded))
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -101,7 +116,12 @@ class FakeLLMServer:
             self.replies.extend(replies)
 
     def posts(self) -> list[Recorded]:
-        return [r for r in self.requests if r.method == "POST"]
+        """POSTs that took a scripted reply (routes such as token endpoints left out)."""
+        return [
+            r
+            for r in self.requests
+            if r.method == "POST" and not any(r.path.startswith(p) for p in self.routes)
+        ]
 
     def _record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> Recorded:
         recorded = Recorded(
@@ -126,6 +146,13 @@ class FakeLLMServer:
         if isinstance(reply, Sleep):
             time.sleep(reply.seconds)
             reply = reply.then
+        if isinstance(reply, BinaryReply):
+            handler.send_response(reply.status)
+            handler.send_header("content-type", reply.content_type)
+            handler.send_header("content-length", str(len(reply.body)))
+            handler.end_headers()
+            handler.wfile.write(reply.body)
+            return
         if isinstance(reply, JSONReply):
             data = json.dumps(reply.body).encode()
             handler.send_response(reply.status)
@@ -377,3 +404,43 @@ def openai_stream(completion: dict[str, Any], chunk: int = 4) -> SSEReply:
 
 def openai_error(status: int, message: str) -> JSONReply:
     return JSONReply({"error": {"message": message, "type": "error", "code": None}}, status)
+
+
+# -- AWS Bedrock wire format ---------------------------------------------------------------
+
+
+def _event_frame(headers: dict[str, str], payload: bytes) -> bytes:
+    """One AWS event-stream message: prelude, its CRC, string headers, payload, message CRC."""
+    encoded = b"".join(
+        bytes([len(k)]) + k.encode() + b"\x07" + len(v.encode()).to_bytes(2, "big") + v.encode()
+        for k, v in headers.items()
+    )
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = total.to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + encoded + payload
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def bedrock_stream(message: dict[str, Any]) -> BinaryReply:
+    """What invoke-with-response-stream sends: each Messages event as a base64 chunk frame."""
+    frames = []
+    for _name, data in anthropic_stream(message).events:
+        chunk = {"bytes": base64.b64encode(json.dumps(data).encode()).decode()}
+        frames.append(
+            _event_frame(
+                {
+                    ":event-type": "chunk",
+                    ":content-type": "application/json",
+                    ":message-type": "event",
+                },
+                json.dumps(chunk).encode(),
+            )
+        )
+    return BinaryReply(b"".join(frames), "application/vnd.amazon.eventstream")
+
+
+def google_token(recorded: Recorded) -> JSONReply:
+    """An OAuth token endpoint, for google-auth refreshing authorized-user credentials."""
+    return JSONReply(
+        {"access_token": "ya29.fake-token", "expires_in": 3600, "token_type": "Bearer"}
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from rousseau.agent import (
     Message,
     Options,
     ProviderError,
+    ProviderRateLimitError,
     Request,
     Session,
     StopReason,
@@ -84,8 +86,15 @@ async def test_plain_text(fake_llm: FakeLLMServer) -> None:
     auth = sent.headers.get("x-api-key") or sent.headers.get("authorization", "")
     assert auth.removeprefix("Bearer ") == "sk-ant-test"
     assert sent.body["model"] == "claude-test"
-    assert sent.body["system"] == "Be brief."
-    assert sent.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert sent.body["system"] == [
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert sent.body["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
     assert sent.body["tools"] == [
         {
             "name": "read",
@@ -162,6 +171,7 @@ async def test_full_tool_round_trip_wire_format(fake_llm: FakeLLMServer, tmp_pat
                 "tool_use_id": "toolu_9",
                 "content": "     1\tapple\n",
                 "is_error": False,
+                "cache_control": {"type": "ephemeral"},
             }
         ],
     }
@@ -224,3 +234,22 @@ async def test_timeout_is_honoured(fake_llm: FakeLLMServer) -> None:
         ProviderError, match=r"^anthropic: timed out talking to http://127\.0\.0\.1"
     ):
         await p.complete(request())
+
+
+async def test_rate_limit_with_retry_after_then_success(fake_llm: FakeLLMServer) -> None:
+    limited = anthropic_error(429, "rate limited", "rate_limit_error")
+    limited.headers["retry-after"] = "1"
+    fake_llm.push(limited, JSONReply(anthropic_message(a_text("after the wait"))))
+    started = time.monotonic()
+    response = await provider(fake_llm).complete(request())
+    assert response.message.text == "after the wait"
+    assert len(fake_llm.posts()) == 2
+    assert time.monotonic() - started >= 0.9, "Retry-After was not honoured"
+
+
+async def test_rate_limit_beyond_retries_is_a_rate_limit_error(fake_llm: FakeLLMServer) -> None:
+    fake_llm.push(*[anthropic_error(429, "rate limited", "rate_limit_error") for _ in range(2)])
+    with pytest.raises(ProviderRateLimitError) as err:
+        await provider(fake_llm, max_retries=1).complete(request())
+    assert err.value.status == 429 and "wait and try again" in str(err.value)
+    assert len(fake_llm.posts()) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -234,3 +235,14 @@ async def test_timeout_is_honoured(fake_llm: FakeLLMServer) -> None:
     _open.append(p)
     with pytest.raises(ProviderError, match=r"^openai: timed out talking to http://127\.0\.0\.1"):
         await p.complete(request())
+
+
+async def test_rate_limit_with_retry_after_then_success(fake_llm: FakeLLMServer) -> None:
+    limited = openai_error(429, "Rate limit reached")
+    limited.headers["retry-after"] = "1"
+    fake_llm.push(limited, JSONReply(openai_completion("after the wait")))
+    started = time.monotonic()
+    response = await provider(fake_llm).complete(request())
+    assert response.message.text == "after the wait"
+    assert len(fake_llm.posts()) == 2
+    assert time.monotonic() - started >= 0.9, "Retry-After was not honoured"
