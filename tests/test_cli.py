@@ -206,10 +206,31 @@ def test_doctor_passes_and_fails(env: dict[str, str], fake_llm: FakeLLMServer) -
     ok = rousseau("doctor", env=env)
     assert ok.returncode == 0, ok.stdout
     assert "ok    provider   openai" in ok.stdout and "ok    store" in ok.stdout
+    assert "ok    chosen     openai: an OpenAI API key is set" in ok.stdout
     fake_llm.stop()
     bad = rousseau("doctor", env=env)
     assert bad.returncode == 1
     assert "FAIL  provider   openai: cannot connect to" in bad.stdout
+
+
+def test_usage_is_shown_per_session_and_in_status(
+    env: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.push(
+        openai_stream(openai_completion("one", prompt_tokens=1200, completion_tokens=30)),
+        openai_stream(openai_completion("two", prompt_tokens=1300, completion_tokens=20)),
+    )
+    rousseau("chat", "--session", "u", "-m", "first", env=env)
+    rousseau("chat", "--session", "u", "-m", "second", env=env)
+    shown = rousseau("session", "show", "u", env=env).stdout
+    assert shown.splitlines()[-1] == (
+        "-- 4 messages; tokens: 2,500 in, 50 out, 0 cache read, 0 cache write"
+    )
+    status = rousseau("status", env=env)
+    assert status.returncode == 0
+    assert "provider   openai gpt-4.1-mini (an OpenAI API key is set)" in status.stdout
+    assert ": 1 sessions" in status.stdout
+    assert "tokens     2,500 in, 50 out" in status.stdout
 
 
 def test_version_and_help(env: dict[str, str]) -> None:

@@ -89,6 +89,22 @@ class ClaudeCLIProvider:
             permission_mode=permission_mode,
         )
 
+    async def check(self) -> None:
+        """Prove the binary runs (`claude --version`)."""
+        try:
+            result = await anyio.run_process(
+                [self.binary, "--version"], env=self.env, check=False, stdin=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            raise ProviderError(
+                self.name,
+                f"cannot run {self.binary!r}: {exc.strerror}",
+                hint="check claudecli.binary",
+            ) from None
+        if result.returncode != 0:
+            detail = result.stderr.decode("utf-8", errors="replace").strip() or "it failed"
+            raise ProviderError(self.name, f"{self.binary} --version: {detail.splitlines()[-1]}")
+
     async def complete(self, request: Request) -> Response:
         response: Response | None = None
         async for event in self._run(request, stream=False):

@@ -198,3 +198,37 @@ async def test_closed_store_and_bad_path_raise_store_error(tmp_path: Path) -> No
     blocker.write_text("")
     with pytest.raises((StoreError, OSError)):
         Store(blocker / "sub" / "s.db")
+
+
+async def test_usage_totals_per_session_and_overall() -> None:
+    from rousseau.agent import Usage
+
+    store = Store(":memory:")
+    await store.append_message("a", Message.user("q"))
+    await store.append_message(
+        "a", Message.assistant("x"), Usage(input_tokens=10, output_tokens=4, cache_read_tokens=3)
+    )
+    await store.append_message(
+        "a", Message.assistant("y"), Usage(input_tokens=5, output_tokens=1, cache_write_tokens=2)
+    )
+    await store.append_message("b", Message.assistant("z"), Usage(input_tokens=1))
+    await store.flush()
+    info = store.info_sync("a")
+    assert info is not None
+    assert info.usage == Usage(
+        input_tokens=15, output_tokens=5, cache_read_tokens=3, cache_write_tokens=2
+    )
+    count, total = store.totals_sync()
+    assert count == 2 and total.input_tokens == 16
+    store.close()
+
+
+async def test_external_session_ids() -> None:
+    store = Store(":memory:")
+    assert await store.get_external_session("s", "claudecli") is None
+    await store.set_external_session("s", "claudecli", "uuid-1")
+    await store.set_external_session("s", "claudecli", "uuid-2")
+    assert await store.get_external_session("s", "claudecli") == "uuid-2"
+    assert await store.delete_session("s")
+    assert await store.get_external_session("s", "claudecli") is None
+    store.close()
