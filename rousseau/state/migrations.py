@@ -59,6 +59,63 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        3,
+        "daemon: inbox, outbox, chat-to-session map, pairing",
+        (
+            """CREATE TABLE inbox (
+                transport TEXT NOT NULL,
+                message_id TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                sender_id TEXT NOT NULL,
+                thread_id TEXT,
+                text TEXT NOT NULL,
+                is_group INTEGER NOT NULL DEFAULT 0,
+                mentioned INTEGER NOT NULL DEFAULT 0,
+                at REAL NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'ignored')),
+                appended INTEGER NOT NULL DEFAULT 0,
+                received_at REAL NOT NULL,
+                PRIMARY KEY (transport, message_id)
+            )""",
+            "CREATE INDEX inbox_pending ON inbox(received_at) WHERE status = 'pending'",
+            """CREATE TABLE outbox (
+                id INTEGER PRIMARY KEY,
+                transport TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                thread_id TEXT,
+                reply_to TEXT,
+                text TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'failed')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at REAL NOT NULL,
+                last_error TEXT,
+                created_at REAL NOT NULL,
+                sent_at REAL
+            )""",
+            "CREATE INDEX outbox_due ON outbox(transport, next_attempt_at)"
+            " WHERE status = 'pending'",
+            """CREATE TABLE chat_sessions (
+                session_key TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                updated_at REAL NOT NULL
+            )""",
+            """CREATE TABLE pairing_codes (
+                code TEXT PRIMARY KEY,
+                transport TEXT NOT NULL,
+                sender_id TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                expires_at REAL NOT NULL
+            )""",
+            """CREATE TABLE allowed_senders (
+                transport TEXT NOT NULL,
+                sender_id TEXT NOT NULL,
+                approved_at REAL NOT NULL,
+                PRIMARY KEY (transport, sender_id)
+            )""",
+        ),
+    ),
 )
 
 

@@ -95,7 +95,8 @@ class Store:
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _sync(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+    def call_sync(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        """Run `fn(conn)` on the store's thread and wait (write: inside a transaction)."""
         if self._worker.stopped:
             raise StoreError("the session store is closed")
         try:
@@ -103,13 +104,20 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"session store: {exc}") from exc
 
-    async def _async(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+    async def call(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        """Await `fn(conn)` on the store's thread (write: inside a transaction)."""
         if self._worker.stopped:
             raise StoreError("the session store is closed")
         try:
             return await self._worker.call(fn, write=write)
         except sqlite3.Error as exc:
             raise StoreError(f"session store: {exc}") from exc
+
+    async def submit(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        """Queue a write without waiting for its commit; later operations run after it."""
+        if self._worker.stopped:
+            raise StoreError("the session store is closed")
+        await self._worker.submit(fn)
 
     # -- operations (run on the worker thread) --------------------------------------------
 
@@ -266,40 +274,40 @@ class Store:
     # -- sync API (used from threads and the CLI) -----------------------------------------
 
     def create_session_sync(self, session_id: str | None = None, title: str = "") -> Session:
-        return self._sync(self._create(session_id or new_session_id(), title), write=True)
+        return self.call_sync(self._create(session_id or new_session_id(), title), write=True)
 
     def load_sync(self, session_id: str) -> Session | None:
-        return self._sync(self._load(session_id))
+        return self.call_sync(self._load(session_id))
 
     def append_message_sync(
         self, session_id: str, message: Message, usage: Usage | None = None
     ) -> None:
-        self._sync(self._append(session_id, message, usage), write=True)
+        self.call_sync(self._append(session_id, message, usage), write=True)
 
     def info_sync(self, session_id: str) -> SessionInfo | None:
-        found = self._sync(self._list(1, session_id))
+        found = self.call_sync(self._list(1, session_id))
         return found[0] if found else None
 
     def totals_sync(self) -> tuple[int, Usage]:
         """How many sessions there are and what they cost, all together."""
-        return self._sync(self._usage_total)
+        return self.call_sync(self._usage_total)
 
     def compact_sync(self, session_id: str, compaction: Compaction) -> None:
         """Hide the oldest live messages behind a summary; they stay stored for search."""
-        self._sync(self._compact(session_id, compaction), write=True)
+        self.call_sync(self._compact(session_id, compaction), write=True)
 
     def list_sync(self, limit: int = 50) -> list[SessionInfo]:
-        return self._sync(self._list(limit))
+        return self.call_sync(self._list(limit))
 
     def search_sync(self, query: str, limit: int = 20) -> list[SearchHit]:
-        return self._sync(self._search(query, limit))
+        return self.call_sync(self._search(query, limit))
 
     def delete_sync(self, session_id: str) -> bool:
-        return self._sync(self._delete(session_id), write=True)
+        return self.call_sync(self._delete(session_id), write=True)
 
     def check_writable_sync(self) -> None:
         """Commit a write that changes nothing, to prove the file accepts writes."""
-        self._sync(self._touch, write=True)
+        self.call_sync(self._touch, write=True)
 
     def close(self) -> None:
         """Finish queued work, checkpoint the WAL into the main file and close. Idempotent."""
@@ -313,10 +321,10 @@ class Store:
     # -- async API ------------------------------------------------------------------------
 
     async def create_session(self, session_id: str | None = None, title: str = "") -> Session:
-        return await self._async(self._create(session_id or new_session_id(), title), write=True)
+        return await self.call(self._create(session_id or new_session_id(), title), write=True)
 
     async def load(self, session_id: str) -> Session | None:
-        return await self._async(self._load(session_id))
+        return await self.call(self._load(session_id))
 
     async def load_or_create(self, session_id: str) -> Session:
         session = await self.load(session_id)
@@ -344,7 +352,7 @@ class Store:
             ).fetchone()
             return None if row is None else str(row[0])
 
-        return await self._async(op)
+        return await self.call(op)
 
     async def set_external_session(self, session_id: str, provider: str, external: str) -> None:
         def op(db: sqlite3.Connection) -> None:
@@ -361,23 +369,23 @@ class Store:
                 (session_id, provider, external),
             )
 
-        await self._async(op, write=True)
+        await self.call(op, write=True)
 
     async def flush(self) -> None:
         """Wait until every queued write is committed."""
-        await self._async(lambda db: None)
+        await self.call(lambda db: None)
 
     async def compact(self, session_id: str, compaction: Compaction) -> None:
-        await self._async(self._compact(session_id, compaction), write=True)
+        await self.call(self._compact(session_id, compaction), write=True)
 
     async def list_sessions(self, limit: int = 50) -> list[SessionInfo]:
-        return await self._async(self._list(limit))
+        return await self.call(self._list(limit))
 
     async def search(self, query: str, limit: int = 20) -> list[SearchHit]:
-        return await self._async(self._search(query, limit))
+        return await self.call(self._search(query, limit))
 
     async def delete_session(self, session_id: str) -> bool:
-        return await self._async(self._delete(session_id), write=True)
+        return await self.call(self._delete(session_id), write=True)
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)

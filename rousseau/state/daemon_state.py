@@ -1,0 +1,298 @@
+"""The daemon's durable state beside the sessions: inbox, outbox, chat map and pairing.
+
+It shares the Store's connection and worker, so its writes are ordered with the messages the
+agent appends: an inbound marked done implies its session's messages are committed too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+
+from rousseau.state.store import Store
+from rousseau.transports.base import Inbound, Outbound
+
+MAX_PENDING_CODES = 3
+
+
+@dataclass(kw_only=True, slots=True)
+class OutboxRow:
+    id: int
+    message: Outbound
+    attempts: int
+
+
+@dataclass(kw_only=True, slots=True)
+class PairingCode:
+    code: str
+    transport: str
+    sender_id: str
+    chat_id: str
+    expires_at: float
+
+
+class DaemonState:
+    """Durable inbox/outbox bookkeeping on top of a Store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- inbox ----------------------------------------------------------------------------
+
+    async def accept(self, inbound: Inbound, *, ignored: bool = False) -> bool:
+        """Record an inbound (committed before returning); False if it was seen before."""
+        status = "ignored" if ignored else "pending"
+
+        def op(db: sqlite3.Connection) -> bool:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO inbox (transport, message_id, chat_id, sender_id,"
+                " thread_id, text, is_group, mentioned, at, status, received_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    inbound.transport,
+                    inbound.message_id,
+                    inbound.chat_id,
+                    inbound.sender_id,
+                    inbound.thread_id,
+                    inbound.text,
+                    int(inbound.is_group),
+                    int(inbound.mentioned),
+                    inbound.at,
+                    status,
+                    time.time(),
+                ),
+            )
+            return cur.rowcount > 0
+
+        return await self.store.call(op, write=True)
+
+    async def mark_appended(self, inbound: Inbound) -> None:
+        """Queued after the user message's append: on replay, it is not appended twice."""
+
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE inbox SET appended = 1 WHERE transport = ? AND message_id = ?",
+                (inbound.transport, inbound.message_id),
+            )
+
+        await self.store.submit(op)
+
+    async def was_appended(self, inbound: Inbound) -> bool:
+        def op(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "SELECT appended FROM inbox WHERE transport = ? AND message_id = ?",
+                (inbound.transport, inbound.message_id),
+            ).fetchone()
+            return bool(row and row[0])
+
+        return await self.store.call(op)
+
+    async def pending(self) -> list[Inbound]:
+        """Inbound messages accepted but not yet answered, oldest first (crash recovery)."""
+
+        def op(db: sqlite3.Connection) -> list[Inbound]:
+            rows = db.execute(
+                "SELECT transport, chat_id, sender_id, message_id, text, is_group, mentioned,"
+                " thread_id, at FROM inbox WHERE status = 'pending' ORDER BY received_at"
+            ).fetchall()
+            return [
+                Inbound(
+                    transport=r[0],
+                    chat_id=r[1],
+                    sender_id=r[2],
+                    message_id=r[3],
+                    text=r[4],
+                    is_group=bool(r[5]),
+                    mentioned=bool(r[6]),
+                    thread_id=r[7],
+                    at=r[8],
+                )
+                for r in rows
+            ]
+
+        return await self.store.call(op)
+
+    async def finish(self, inbound: Inbound | None, parts: list[Outbound]) -> None:
+        """In one transaction: queue the reply parts and mark the inbound done."""
+        now = time.time()
+
+        def op(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
+                " next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                [
+                    (p.transport, p.chat_id, p.thread_id, p.reply_to, p.text, now, now)
+                    for p in parts
+                ],
+            )
+            if inbound is not None:
+                db.execute(
+                    "UPDATE inbox SET status = 'done' WHERE transport = ? AND message_id = ?",
+                    (inbound.transport, inbound.message_id),
+                )
+
+        await self.store.call(op, write=True)
+
+    # -- outbox ---------------------------------------------------------------------------
+
+    async def due(self, transport: str, limit: int = 50) -> list[OutboxRow]:
+        def op(db: sqlite3.Connection) -> list[OutboxRow]:
+            rows = db.execute(
+                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts FROM outbox"
+                " WHERE status = 'pending' AND transport = ? AND next_attempt_at <= ?"
+                " ORDER BY id LIMIT ?",
+                (transport, time.time(), limit),
+            ).fetchall()
+            return [
+                OutboxRow(
+                    id=r[0],
+                    message=Outbound(
+                        transport=r[1], chat_id=r[2], thread_id=r[3], reply_to=r[4], text=r[5]
+                    ),
+                    attempts=r[6],
+                )
+                for r in rows
+            ]
+
+        return await self.store.call(op)
+
+    async def next_due_at(self, transport: str) -> float | None:
+        def op(db: sqlite3.Connection) -> float | None:
+            row = db.execute(
+                "SELECT min(next_attempt_at) FROM outbox WHERE status = 'pending'"
+                " AND transport = ?",
+                (transport,),
+            ).fetchone()
+            return None if row is None or row[0] is None else float(row[0])
+
+        return await self.store.call(op)
+
+    async def sent(self, row_id: int) -> None:
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE outbox SET status = 'sent', sent_at = ?, attempts = attempts + 1"
+                " WHERE id = ?",
+                (time.time(), row_id),
+            )
+
+        await self.store.call(op, write=True)
+
+    async def retry_later(self, row_id: int, delay: float, error: str, *, give_up: bool) -> None:
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?,"
+                " last_error = ?, status = ? WHERE id = ?",
+                (time.time() + delay, error[:500], "failed" if give_up else "pending", row_id),
+            )
+
+        await self.store.call(op, write=True)
+
+    async def outbox_pending(self) -> int:
+        def op(db: sqlite3.Connection) -> int:
+            return int(
+                db.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
+            )
+
+        return await self.store.call(op)
+
+    # -- chats and sessions ---------------------------------------------------------------
+
+    async def session_for(self, session_key: str) -> str | None:
+        def op(db: sqlite3.Connection) -> str | None:
+            row = db.execute(
+                "SELECT session_id FROM chat_sessions WHERE session_key = ?", (session_key,)
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self.store.call(op)
+
+    async def bind_session(self, session_key: str, session_id: str) -> None:
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO chat_sessions (session_key, session_id, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (session_key) DO UPDATE SET session_id = excluded.session_id,"
+                " updated_at = excluded.updated_at",
+                (session_key, session_id, time.time()),
+            )
+
+        await self.store.call(op, write=True)
+
+    # -- pairing --------------------------------------------------------------------------
+
+    async def is_allowed(self, transport: str, sender_id: str) -> bool:
+        def op(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "SELECT 1 FROM allowed_senders WHERE transport = ? AND sender_id = ?",
+                (transport, sender_id),
+            ).fetchone()
+            return row is not None
+
+        return await self.store.call(op)
+
+    async def pairing_code(
+        self, transport: str, sender_id: str, chat_id: str, new_code: str, ttl: float
+    ) -> str | None:
+        """The sender's live code (a new one if none), or None past the pending limit."""
+        now = time.time()
+
+        def op(db: sqlite3.Connection) -> str | None:
+            db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
+            row = db.execute(
+                "SELECT code FROM pairing_codes WHERE transport = ? AND sender_id = ?",
+                (transport, sender_id),
+            ).fetchone()
+            if row is not None:
+                return str(row[0])
+            count = db.execute(
+                "SELECT count(*) FROM pairing_codes WHERE transport = ?", (transport,)
+            ).fetchone()[0]
+            if count >= MAX_PENDING_CODES:
+                return None
+            db.execute(
+                "INSERT INTO pairing_codes (code, transport, sender_id, chat_id, created_at,"
+                " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (new_code, transport, sender_id, chat_id, now, now + ttl),
+            )
+            return new_code
+
+        return await self.store.call(op, write=True)
+
+    def pairing_codes_sync(self) -> list[PairingCode]:
+        def op(db: sqlite3.Connection) -> list[PairingCode]:
+            rows = db.execute(
+                "SELECT code, transport, sender_id, chat_id, expires_at FROM pairing_codes"
+                " WHERE expires_at > ? ORDER BY created_at",
+                (time.time(),),
+            ).fetchall()
+            return [
+                PairingCode(
+                    code=r[0], transport=r[1], sender_id=r[2], chat_id=r[3], expires_at=r[4]
+                )
+                for r in rows
+            ]
+
+        return self.store.call_sync(op)
+
+    def approve_sync(self, code: str) -> PairingCode | None:
+        """Admit the sender behind a live code; None if no such code (or it expired)."""
+
+        def op(db: sqlite3.Connection) -> PairingCode | None:
+            row = db.execute(
+                "SELECT code, transport, sender_id, chat_id, expires_at FROM pairing_codes"
+                " WHERE code = ? AND expires_at > ?",
+                (code.strip().upper(), time.time()),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "INSERT OR IGNORE INTO allowed_senders (transport, sender_id, approved_at)"
+                " VALUES (?, ?, ?)",
+                (row[1], row[2], time.time()),
+            )
+            db.execute("DELETE FROM pairing_codes WHERE code = ?", (row[0],))
+            return PairingCode(
+                code=row[0], transport=row[1], sender_id=row[2], chat_id=row[3], expires_at=row[4]
+            )
+
+        return self.store.call_sync(op, write=True)

@@ -1,0 +1,176 @@
+"""What a transport is: it turns platform events into Inbound records and sends Outbound text."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Inbound:
+    """One message from a person, normalised by its adapter."""
+
+    transport: str
+    chat_id: str
+    sender_id: str
+    message_id: str
+    """The platform's own stable id (unique within the transport), used to drop duplicates."""
+    text: str
+    is_group: bool = False
+    mentioned: bool = False
+    """In a group: the bot was mentioned or replied to."""
+    thread_id: str | None = None
+    """Where the platform has threads: the thread to answer in."""
+    sender_name: str = ""
+    at: float = field(default_factory=time.time)
+
+    @property
+    def session_key(self) -> str:
+        """Which conversation this belongs to: `transport:chat_id`, plus the thread if any."""
+        key = f"{self.transport}:{self.chat_id}"
+        return f"{key}:{self.thread_id}" if self.thread_id else key
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Outbound:
+    """One part of a reply, already under the platform's limit."""
+
+    transport: str
+    chat_id: str
+    text: str
+    thread_id: str | None = None
+    reply_to: str | None = None
+    """The inbound message id this answers, where the platform can quote it."""
+
+
+InboundHandler = Callable[[Inbound], Awaitable[None]]
+"""Takes an inbound message and returns once it is safely persisted (then the adapter acks)."""
+
+
+class Transport(Protocol):
+    """A messaging platform adapter. The daemon supervises `run`; `send` delivers the outbox."""
+
+    name: str
+    max_length: int
+    """The platform's message length limit, in `measure` units."""
+
+    def measure(self, text: str) -> int:
+        """How the platform counts a message's length."""
+        ...
+
+    @property
+    def connected(self) -> bool: ...
+
+    async def run(
+        self,
+        handler: InboundHandler,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Connect, call `task_status.started()` once connected, then feed `handler` until
+        stopped or cancelled. Raises when the connection fails; the supervisor restarts it."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop taking new messages (a graceful `run` return)."""
+        ...
+
+    async def send(self, message: Outbound) -> None:
+        """Deliver one part; raise on failure so the outbox retries."""
+        ...
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        """Show that a reply is being written, where the platform can."""
+        ...
+
+
+class MemoryTransport:
+    """An in-memory transport for tests and embedding: `inject` messages, read `sent`."""
+
+    measure = staticmethod(len)
+
+    def __init__(self, name: str = "memory", max_length: int = 4096) -> None:
+        self.name = name
+        self.max_length = max_length
+        self.sent: list[Outbound] = []
+        self.typing_in: list[str] = []
+        self.fail_sends = 0
+        """Fail this many sends before succeeding (to exercise outbox retries)."""
+        self._handler: InboundHandler | None = None
+        self._stopped = anyio.Event()
+        self._connected = False
+        self._ids = itertools.count(1)
+        self._sent_event = anyio.Event()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def run(
+        self,
+        handler: InboundHandler,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        self._handler = handler
+        self._stopped = anyio.Event()
+        self._connected = True
+        task_status.started()
+        try:
+            await self._stopped.wait()
+        finally:
+            self._connected = False
+
+    async def stop(self) -> None:
+        self._stopped.set()
+
+    async def inject(
+        self,
+        text: str,
+        *,
+        chat_id: str = "chat",
+        sender_id: str = "user",
+        message_id: str | None = None,
+        is_group: bool = False,
+        mentioned: bool = False,
+        thread_id: str | None = None,
+    ) -> Inbound:
+        """Deliver a message as the platform would; returns once the handler accepted it."""
+        assert self._handler is not None, "the transport is not running"
+        inbound = Inbound(
+            transport=self.name,
+            chat_id=chat_id,
+            sender_id=sender_id,
+            message_id=message_id or f"m{next(self._ids)}",
+            text=text,
+            is_group=is_group,
+            mentioned=mentioned,
+            thread_id=thread_id,
+        )
+        await self._handler(inbound)
+        return inbound
+
+    async def send(self, message: Outbound) -> None:
+        if self.fail_sends > 0:
+            self.fail_sends -= 1
+            raise ConnectionError("memory transport: simulated send failure")
+        self.sent.append(message)
+        self._sent_event.set()
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        self.typing_in.append(chat_id)
+
+    async def wait_sent(self, count: int) -> list[Outbound]:
+        """Wait until at least `count` parts were sent (bound it with fail_after); return all."""
+        while len(self.sent) < count:
+            self._sent_event = anyio.Event()
+            if len(self.sent) >= count:
+                break
+            await self._sent_event.wait()
+        return list(self.sent)
