@@ -65,7 +65,10 @@ class DBWorker:
         future: asyncio.Future[Any] = loop.create_future()
 
         def done(job: _Job) -> None:
-            loop.call_soon_threadsafe(_settle, future, job)
+            try:
+                loop.call_soon_threadsafe(_settle, future, job)
+            except RuntimeError:  # the loop closed while the job ran: nobody is waiting
+                pass
 
         self._submit(_Job(fn, write, done))
         return await future  # type: ignore[no-any-return]

@@ -1,0 +1,235 @@
+"""The Router on the in-memory transport: policy, dedupe, ordering, delivery, recovery."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from rousseau.agent import Agent, Options, Request, Response
+from rousseau.agent.testing import FunctionProvider, ScriptedProvider, text_reply
+from rousseau.router import FAILED_REPLY, ChatPolicy, RateLimiter, Router
+from rousseau.state import Store
+from rousseau.state.daemon_state import DaemonState
+from rousseau.transports.base import MemoryTransport
+
+pytestmark = pytest.mark.anyio
+
+
+def echo(request: Request) -> Response:
+    return text_reply("echo: " + request.messages[-1].text)
+
+
+@asynccontextmanager
+async def running(
+    provider: Any,
+    store: Store | None = None,
+    *,
+    policy: ChatPolicy | None = None,
+    rate: tuple[int, float] = (100, 1.0),
+    max_length: int = 4096,
+) -> AsyncIterator[tuple[Router, MemoryTransport]]:
+    own = store is None
+    store = store or Store(":memory:")
+    transport = MemoryTransport(max_length=max_length)
+    router = Router(
+        agent=Agent(provider, options=Options(history=store)),
+        store=store,
+        transports={"memory": transport},
+        policies={"memory": policy or ChatPolicy(allowlist=frozenset({"user", "u2"}))},
+        rate_limiter=RateLimiter(rate, {}, 100),
+        denied_reply="slow down",
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(router.run)
+        await tg.start(transport.run, router.submit)
+        tg.start_soon(router.deliver, "memory")
+        with anyio.fail_after(20):
+            yield router, transport
+        tg.cancel_scope.cancel()
+    if own:
+        store.close()
+
+
+async def test_reply_reaches_the_chat() -> None:
+    async with running(FunctionProvider(echo)) as (_, t):
+        await t.inject("hello", chat_id="c1")
+        [out] = await t.wait_sent(1)
+    assert (out.chat_id, out.text, out.reply_to) == ("c1", "echo: hello", "m1")
+
+
+async def test_stranger_costs_no_model_call_and_is_logged_once() -> None:
+    provider = FunctionProvider(echo)
+    async with running(provider) as (_, t):
+        with capture_logs() as logs:
+            await t.inject("hi", sender_id="eve")
+            await t.inject("hi again", sender_id="eve")
+        await anyio.sleep(0.2)
+    assert provider.requests == [] and t.sent == []
+    warned = [e for e in logs if e["event"] == "router.ignored_sender"]
+    assert len(warned) == 1 and "memory.allowlist" in warned[0]["hint"]
+
+
+async def test_pairing_code_then_approval_admits() -> None:
+    store = Store(":memory:")
+    async with running(FunctionProvider(echo), store, policy=ChatPolicy(policy="pairing")) as (
+        _,
+        t,
+    ):
+        await t.inject("hi", sender_id="eve", chat_id="e")
+        [code_msg] = await t.wait_sent(1)
+        code = code_msg.text.split("rousseau pair approve ")[1].split()[0]
+        assert len(code) == 8
+        state = DaemonState(store)
+        [pending] = await anyio.to_thread.run_sync(state.pairing_codes_sync)
+        assert (pending.code, pending.sender_id) == (code, "eve")
+        assert await anyio.to_thread.run_sync(state.approve_sync, code.lower()) is not None
+        await t.inject("now?", sender_id="eve", chat_id="e")
+        sent = await t.wait_sent(2)
+    assert sent[1].text == "echo: now?"
+
+
+async def test_pairing_limits_pending_codes() -> None:
+    async with running(FunctionProvider(echo), policy=ChatPolicy(policy="pairing")) as (_, t):
+        for i in range(5):
+            await t.inject("hi", sender_id=f"s{i}", chat_id=f"c{i}")
+        await t.wait_sent(3)
+        await anyio.sleep(0.3)
+    assert len(t.sent) == 3
+
+
+async def test_groups_need_a_mention() -> None:
+    provider = FunctionProvider(echo)
+    async with running(provider) as (_, t):
+        await t.inject("chatter", chat_id="g", is_group=True)
+        await t.inject("@bot hi", chat_id="g", is_group=True, mentioned=True)
+        [out] = await t.wait_sent(1)
+    assert out.text == "echo: @bot hi" and len(provider.requests) == 1
+
+
+async def test_duplicate_delivery_is_answered_once() -> None:
+    provider = FunctionProvider(echo)
+    async with running(provider) as (_, t):
+        await t.inject("once", message_id="same")
+        await t.inject("once", message_id="same")
+        await t.wait_sent(1)
+        await anyio.sleep(0.3)
+    assert len(t.sent) == 1 and len(provider.requests) == 1
+
+
+async def test_slow_session_never_delays_another() -> None:
+    release = anyio.Event()
+
+    async def slow_for_a(request: Request) -> Response:
+        if "from a" in request.messages[-1].text:
+            await release.wait()
+        return echo(request)
+
+    async with running(FunctionProvider(slow_for_a)) as (_, t):
+        await t.inject("from a", chat_id="a")
+        await t.inject("from b", chat_id="b", sender_id="u2")
+        [first] = await t.wait_sent(1)
+        assert first.chat_id == "b"
+        release.set()
+        await t.wait_sent(2)
+
+
+async def test_one_session_is_answered_in_order() -> None:
+    async def varying(request: Request) -> Response:
+        text = request.messages[-1].text
+        await anyio.sleep(0.2 if text == "first" else 0)
+        return echo(request)
+
+    async with running(FunctionProvider(varying)) as (_, t):
+        for text in ("first", "second", "third"):
+            await t.inject(text, chat_id="same")
+        sent = await t.wait_sent(3)
+    assert [o.text for o in sent] == ["echo: first", "echo: second", "echo: third"]
+
+
+async def test_commands() -> None:
+    store = Store(":memory:")
+    provider = FunctionProvider(lambda r: text_reply(f"{len(r.messages)} messages"))
+    async with running(provider, store) as (_, t):
+        await t.inject("one")
+        await t.wait_sent(1)
+        await t.inject("/new")
+        await t.inject("two")
+        await t.inject("/help")
+        sent = await t.wait_sent(4)
+    assert [o.text for o in sent][:3] == ["1 messages", "Started a new conversation.", "1 messages"]
+    assert "/new" in sent[3].text
+    assert len(await store.list_sessions()) == 2
+
+
+async def test_failure_gives_an_honest_reply_and_keeps_the_message() -> None:
+    store = Store(":memory:")
+    async with running(ScriptedProvider(RuntimeError("boom")), store) as (_, t):
+        await t.inject("please work", chat_id="f")
+        [out] = await t.wait_sent(1)
+    assert out.text == FAILED_REPLY
+    [info] = await store.list_sessions()
+    session = await store.load(info.id)
+    assert session is not None and session.messages[-1].text == "please work"
+
+
+async def test_long_reply_is_split_and_nothing_lost() -> None:
+    long = " ".join(f"word{i}" for i in range(400))
+    async with running(FunctionProvider(lambda r: text_reply(long)), max_length=500) as (_, t):
+        await t.inject("talk")
+        await anyio.sleep(0.3)
+        sent = await t.wait_sent(2)
+    assert all(len(o.text) <= 500 for o in sent)
+    assert " ".join(o.text for o in sent).split() == long.split()
+
+
+async def test_failed_sends_are_retried_and_sent_once() -> None:
+    async with running(FunctionProvider(echo)) as (_, t):
+        t.fail_sends = 1
+        await t.inject("retry me")
+        with anyio.fail_after(10):
+            [out] = await t.wait_sent(1)
+        await anyio.sleep(0.2)
+    assert out.text == "echo: retry me" and len(t.sent) == 1
+
+
+async def test_pending_inbound_is_replayed_after_a_crash(tmp_path: Path) -> None:
+    from rousseau.transports.base import Inbound
+
+    store = Store(tmp_path / "s.db")
+    inbound = Inbound(
+        transport="memory", chat_id="c", sender_id="user", message_id="x1", text="lost?"
+    )
+    await DaemonState(store).accept(inbound)  # accepted, then the process died
+    provider = FunctionProvider(echo)
+    async with running(provider, store) as (_, t):
+        [out] = await t.wait_sent(1)
+        await t.inject("lost?", message_id="x1")  # the platform redelivers: still once
+        await anyio.sleep(0.3)
+    assert out.text == "echo: lost?" and len(t.sent) == 1 and len(provider.requests) == 1
+    store.close()
+
+
+async def test_rate_limit_replies_once_and_skips_the_model() -> None:
+    provider = FunctionProvider(echo)
+    async with running(provider, rate=(2, 60.0)) as (_, t):
+        for i in range(5):
+            await t.inject(f"m{i}")
+        await t.wait_sent(3)
+        await anyio.sleep(0.3)
+    assert len(provider.requests) == 2
+    assert [o.text for o in t.sent].count("slow down") == 1
+
+
+def test_rate_limiter_keys_are_bounded() -> None:
+    limiter = RateLimiter((1, 60.0), {}, max_keys=100)
+    for i in range(1000):
+        limiter.allow("t", str(i), now=0.0)
+    assert len(limiter) == 100
+    assert not limiter.allow("t", "999", now=1.0)
+    assert limiter.allow("t", "999", now=61.0)
