@@ -48,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--yes", action="store_true", help="really delete")
     delete.set_defaults(func=_session_delete)
 
+    run = sub.add_parser("run", help="the daemon: every configured transport")
+    run.set_defaults(func=_run, only=None)
+    telegram = sub.add_parser("telegram", help="run the Telegram transport alone")
+    telegram.set_defaults(func=_run, only="telegram")
+
+    pair = sub.add_parser("pair", help="admit strangers who asked with a pairing code")
+    psub = pair.add_subparsers(dest="action", metavar="ACTION", required=True)
+    psub.add_parser("list", help="codes waiting for approval").set_defaults(func=_pair_list)
+    approve = psub.add_parser("approve", help="admit the sender behind a code")
+    approve.add_argument("code")
+    approve.set_defaults(func=_pair_approve)
+
     sub.add_parser("version", help="print the version").set_defaults(func=_version)
     sub.add_parser(
         "status", help="which provider, which store, how many sessions and tokens"
@@ -181,6 +193,50 @@ async def _close(provider: Any) -> None:
 
         with anyio.CancelScope(shield=True):
             await aclose()
+
+
+# -- daemon ---------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rousseau.daemon import run
+
+    return run(_config(args, quiet=False), only=args.only)
+
+
+def _pair_list(args: argparse.Namespace) -> int:
+    import datetime
+
+    from rousseau.state.daemon_state import DaemonState
+
+    store = _store(args)
+    try:
+        codes = DaemonState(store).pairing_codes_sync()
+    finally:
+        store.close()
+    if not codes:
+        print("no pairing codes waiting")
+        return 0
+    print(f"{'CODE':<10}{'TRANSPORT':<11}{'SENDER':<24}EXPIRES")
+    for c in codes:
+        expires = datetime.datetime.fromtimestamp(c.expires_at).strftime("%H:%M")
+        print(f"{c.code:<10}{c.transport:<11}{c.sender_id:<24}{expires}")
+    return 0
+
+
+def _pair_approve(args: argparse.Namespace) -> int:
+    from rousseau.agent import StoreError
+    from rousseau.state.daemon_state import DaemonState
+
+    store = _store(args)
+    try:
+        approved = DaemonState(store).approve_sync(args.code)
+    finally:
+        store.close()
+    if approved is None:
+        raise StoreError(f"no such pairing code (or it expired): {args.code}")
+    print(f"admitted {approved.transport} sender {approved.sender_id}")
+    return 0
 
 
 # -- sessions --------------------------------------------------------------------------------

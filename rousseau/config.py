@@ -240,6 +240,7 @@ class HealthConfig(Section):
 class TransportConfig(Section):
     allowlist: list[SenderId] = Field(default_factory=list)
     policy: Policy = "allowlist"
+    require_mention: bool = True
     reply_header: str = ""
 
 

@@ -355,10 +355,18 @@ class Router:
             await anyio.sleep_forever()
 
     async def drain(self, grace: float) -> bool:
-        """Stop intake and give in-flight turns `grace` seconds; True if they all finished."""
+        """Stop intake; give in-flight turns and their replies `grace` seconds to finish.
+
+        True if everything finished and was delivered; what was not stays pending on disk
+        and is picked up at the next start.
+        """
         self._closing = True
         with anyio.move_on_after(grace):
             await self._idle.wait()
+            for name in self.transports:
+                self.wake(name)
+            while await self.state.outbox_pending():
+                await anyio.sleep(0.05)
             return True
         log.warning("router.drain_timeout", unfinished=len(self._queues))
         return False

@@ -27,6 +27,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.time)
 
 
 @dataclass

@@ -1,0 +1,264 @@
+"""The supervisor: config -> store, agent, router, transports -> one task group.
+
+Each transport runs as a supervised task restarted with backoff, so one failing platform never
+stops the others. SIGTERM/SIGINT stop intake, give in-flight turns `shutdown_grace` to finish,
+close the transports and checkpoint the WAL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import time
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import SocketStream, TaskGroup
+
+from rousseau.agent import ConfigError
+from rousseau.app import build_agent
+from rousseau.config import Config
+from rousseau.metrics import Metrics
+from rousseau.providers import build_provider, detect_provider
+from rousseau.router import ChatPolicy, RateLimiter, Router
+from rousseau.state import Store
+from rousseau.transports.base import Transport
+
+log = structlog.get_logger("rousseau.daemon")
+
+TRANSPORTS = ("telegram", "slack", "discord", "whatsapp", "matrix", "signal", "imessage", "email")
+BACKOFF_CAP = 300.0
+
+
+def sd_notify(state: str) -> bool:
+    """Tell systemd about our state (READY=1, STOPPING=1, WATCHDOG=1) if it is listening."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(state.encode())
+        return True
+    except OSError as exc:
+        log.warning("daemon.notify_failed", error=str(exc))
+        return False
+
+
+def parse_rate(rate: str) -> tuple[int, float]:
+    from rousseau.config import parse_duration
+
+    count, _, period = rate.partition("/")
+    return int(count), parse_duration(period if period[:1].isdigit() else f"1{period}")
+
+
+def build_transports(config: Config, only: str | None = None) -> dict[str, Transport]:
+    """The configured transports (a section with its credentials), each imported on demand."""
+    names = [only] if only else [n for n in TRANSPORTS if getattr(config, n) is not None]
+    built: dict[str, Transport] = {}
+    for name in names:
+        section = getattr(config, name, None)
+        if name == "telegram":
+            if section is None or section.token is None:
+                raise ConfigError("telegram.token: not set; set it or TELEGRAM_BOT_TOKEN")
+            from rousseau.transports.telegram import TelegramTransport
+
+            built[name] = TelegramTransport(
+                section.token.get_secret_value(), base_url=section.base_url
+            )
+        elif only or section is not None:
+            raise ConfigError(f"{name}: this transport is not available in this version yet")
+    if not built:
+        raise ConfigError(
+            "no transport configured: add a telegram section with its token "
+            "(or set TELEGRAM_BOT_TOKEN); see config/config.yaml"
+        )
+    return built
+
+
+def policies(config: Config) -> dict[str, ChatPolicy]:
+    out: dict[str, ChatPolicy] = {}
+    for name in TRANSPORTS:
+        section = getattr(config, name)
+        if section is None:
+            continue
+        out[name] = ChatPolicy(
+            policy=getattr(section, "policy", "allowlist"),
+            allowlist=frozenset(section.allowlist),
+            require_mention=getattr(section, "require_mention", True),
+            reply_header=section.reply_header,
+        )
+    return out
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        only: str | None = None,
+        transports: dict[str, Transport] | None = None,
+    ) -> None:
+        self.config = config
+        self.transports = transports if transports is not None else build_transports(config, only)
+        self.metrics = Metrics()
+        self._stopping = False
+        self._stop = anyio.Event()
+
+    async def run(self) -> int:
+        config = self.config
+        name, why = await anyio.to_thread.run_sync(detect_provider, config)
+        store = Store(config.state.path)
+        provider = build_provider(config, name, store=store)
+        log.info("daemon.starting", provider=name, reason=why, transports=sorted(self.transports))
+        agent = build_agent(config, provider, store)
+        rl = config.ratelimit
+        router = Router(
+            agent=agent,
+            store=store,
+            transports=self.transports,
+            policies=policies(config),
+            rate_limiter=RateLimiter(
+                parse_rate(rl.default),
+                {k: parse_rate(v) for k, v in rl.per_transport.items()},
+                rl.max_keys,
+            ),
+            denied_reply=rl.denied_reply,
+            max_concurrent_turns=config.max_concurrent_turns,
+            metrics=self.metrics,
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._signals)
+                await tg.start(router.run)
+                for transport in self.transports.values():
+                    tg.start_soon(self._supervise, transport, router)
+                    tg.start_soon(router.deliver, transport.name)
+                if config.health is not None:
+                    await tg.start(self._health, config.health.listen)
+                self._watchdog(tg)
+                sd_notify("READY=1")
+                log.info("daemon.ready")
+                await self._stop.wait()
+                sd_notify("STOPPING=1")
+                log.info("daemon.stopping", grace=config.shutdown_grace)
+                for transport in self.transports.values():
+                    await transport.stop()
+                await router.drain(config.shutdown_grace)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for transport in self.transports.values():
+                    aclose = getattr(transport, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+                aclose = getattr(provider, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+                await anyio.to_thread.run_sync(store.close)
+        log.info("daemon.stopped")
+        return 0
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._stop.set()
+
+    async def _signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for sig in signals:
+                log.info("daemon.signal", signal=signal.Signals(sig).name)
+                self.stop()
+                return
+
+    async def _supervise(self, transport: Transport, router: Router) -> None:
+        """Keep one transport running; failures restart it with capped exponential backoff."""
+        failures = 0
+        while not self._stopping:
+            started = time.monotonic()
+            try:
+                await transport.run(router.submit)
+            except Exception as exc:
+                if self._stopping:
+                    return
+                log.error("transport.failed", transport=transport.name, error=str(exc))
+            if self._stopping:
+                return
+            if time.monotonic() - started > 60:
+                failures = 0
+            failures += 1
+            delay = min(BACKOFF_CAP, 2.0 ** (failures - 1)) * random.uniform(0.5, 1.5)
+            log.info(
+                "transport.restart",
+                transport=transport.name,
+                attempt=failures,
+                delay=round(delay, 2),
+            )
+            await anyio.sleep(delay)
+
+    def _watchdog(self, tg: TaskGroup) -> None:
+        usec = os.environ.get("WATCHDOG_USEC")
+        if not usec or not usec.isdigit():
+            return
+
+        async def ping() -> None:
+            while True:
+                sd_notify("WATCHDOG=1")
+                await anyio.sleep(int(usec) / 2e6)
+
+        tg.start_soon(ping)
+
+    async def _health(self, listen: str, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        host, _, port = listen.rpartition(":")
+        listener = await anyio.create_tcp_listener(
+            local_host=host or "127.0.0.1", local_port=int(port)
+        )
+        log.info("daemon.health", listen=listen)
+        task_status.started()
+        async with listener:
+            await listener.serve(self._answer)
+
+    async def _answer(self, stream: SocketStream) -> None:
+        """GET /healthz and /metrics. Hand-written: two read-only endpoints need no framework."""
+        async with stream:
+            try:
+                with anyio.fail_after(5):
+                    head = b""
+                    while b"\r\n\r\n" not in head and len(head) < 8192:
+                        head += await stream.receive()
+            except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError):
+                return
+            parts = head.split(b" ", 2)
+            path = parts[1].decode(errors="replace") if len(parts) > 1 else ""
+            if path == "/healthz":
+                state = {n: {"connected": t.connected} for n, t in self.transports.items()}
+                healthy = all(s["connected"] for s in state.values())
+                body = json.dumps({"ok": healthy, "transports": state}).encode()
+                await _respond(stream, 200 if healthy else 503, "application/json", body)
+            elif path == "/metrics":
+                await _respond(stream, 200, "text/plain; version=0.0.4", self.metrics.render())
+            else:
+                await _respond(stream, 404, "text/plain", b"not found\n")
+
+
+async def _respond(stream: SocketStream, status: int, kind: str, body: bytes) -> None:
+    reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    try:
+        await stream.send(head + body)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
+
+
+def run(config: Config, only: str | None = None) -> int:
+    """Entry point for `rousseau run` and `rousseau <transport>`."""
+    daemon = Daemon(config, only=only)
+    return anyio.run(daemon.run)

@@ -1,0 +1,196 @@
+"""Telegram through python-telegram-bot: long polling, private chats and groups, flood control.
+
+An update is acknowledged (the next getUpdates offset moves past it) only after the Router has
+persisted it, so a crash never loses a message; Telegram redelivers what was not acknowledged.
+"""
+
+from __future__ import annotations
+
+import datetime
+import warnings
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.agent import MissingExtraError
+from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.transports.split import utf16_len
+
+try:
+    import telegram
+    from telegram.error import InvalidToken, RetryAfter, TelegramError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError("the telegram transport", "telegram") from exc
+
+log = structlog.get_logger("rousseau.telegram")
+
+MAX_LENGTH = 4096
+POLL_TIMEOUT = 25
+_GROUPS = ("group", "supergroup")
+
+
+class TelegramTransport:
+    name = "telegram"
+    max_length = MAX_LENGTH
+    measure = staticmethod(utf16_len)
+
+    def __init__(
+        self, token: str, *, base_url: str | None = None, poll_timeout: int = POLL_TIMEOUT
+    ):
+        root = (base_url or "https://api.telegram.org").rstrip("/")
+        root = root if root.endswith("/bot") else root + "/bot"
+        self.bot = telegram.Bot(token, base_url=root)
+        self.poll_timeout = poll_timeout
+        self._connected = False
+        self._scope: anyio.CancelScope | None = None
+        self._offset: int | None = None
+        self._me: Any = None
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            await self.bot.initialize()
+            self._me = self.bot.bot
+            await self.bot.delete_webhook()
+        except InvalidToken as exc:
+            raise ConnectionError(f"telegram: the bot token was rejected ({exc})") from exc
+        except TelegramError as exc:
+            raise ConnectionError(f"telegram: cannot reach the Bot API ({exc})") from exc
+        self._connected = True
+        log.info("telegram.connected", bot=self._me.username)
+        task_status.started()
+        try:
+            with anyio.CancelScope() as self._scope:
+                while True:
+                    await self._poll(handler)
+        finally:
+            self._connected = False
+            self._scope = None
+
+    async def _poll(self, handler: InboundHandler) -> None:
+        try:
+            updates = await self.bot.get_updates(
+                offset=self._offset,
+                timeout=self.poll_timeout,
+                allowed_updates=["message"],
+            )
+        except RetryAfter as exc:
+            await anyio.sleep(_seconds(exc))
+            return
+        except TelegramError as exc:
+            self._connected = False
+            raise ConnectionError(f"telegram: polling failed ({exc})") from exc
+        self._connected = True
+        for update in updates:
+            inbound = self._normalise(update)
+            if inbound is not None:
+                await handler(inbound)  # persisted: now it may be acknowledged
+            self._offset = update.update_id + 1
+
+    def _normalise(self, update: Any) -> Inbound | None:
+        message = update.message
+        if message is None or message.from_user is None or message.from_user.is_bot:
+            return None  # edits, channel posts, our own and other bots' messages
+        text = message.text or message.caption
+        if not text:
+            return None
+        chat = message.chat
+        is_group = chat.type in _GROUPS
+        text, mentioned = self._mentions(message, text)
+        thread = message.message_thread_id if getattr(message, "is_topic_message", False) else None
+        return Inbound(
+            transport=self.name,
+            chat_id=str(chat.id),
+            sender_id=str(message.from_user.id),
+            message_id=f"{chat.id}:{message.message_id}",
+            text=text,
+            is_group=is_group,
+            mentioned=mentioned,
+            thread_id=str(thread) if thread is not None else None,
+            sender_name=message.from_user.full_name or "",
+            at=message.date.timestamp() if message.date else 0.0,
+        )
+
+    def _mentions(self, message: Any, text: str) -> tuple[str, bool]:
+        """Whether the bot is addressed (mention, reply, /cmd@bot), and the text to keep."""
+        me = self._me
+        handle = f"@{me.username}".lower() if me and me.username else ""
+        mentioned = False
+        reply = message.reply_to_message
+        if reply is not None and reply.from_user is not None and me is not None:
+            mentioned = reply.from_user.id == me.id
+        for entity in message.entities or ():
+            part = text[entity.offset : entity.offset + entity.length].lower()
+            if entity.type == "mention" and handle and part == handle:
+                mentioned = True
+            elif entity.type == "text_mention" and entity.user is not None and me is not None:
+                mentioned = mentioned or entity.user.id == me.id
+            elif entity.type == "bot_command" and handle and part.endswith(handle):
+                mentioned = True
+                text = (
+                    text[: entity.offset]
+                    + part[: -len(handle)]
+                    + text[entity.offset + entity.length :]
+                )
+        return text, mentioned
+
+    async def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def send(self, message: Outbound) -> None:
+        params: dict[str, Any] = {}
+        if message.thread_id:
+            params["message_thread_id"] = int(message.thread_id)
+        if message.reply_to and message.chat_id.startswith("-"):
+            # Quote the question in groups, where answers need their context.
+            params["reply_parameters"] = telegram.ReplyParameters(
+                message_id=int(message.reply_to.rsplit(":", 1)[1]),
+                allow_sending_without_reply=True,
+            )
+        for _ in range(5):
+            try:
+                await self.bot.send_message(
+                    chat_id=int(message.chat_id), text=message.text, **params
+                )
+                return
+            except RetryAfter as exc:
+                delay = _seconds(exc)
+                log.info("telegram.flood_control", retry_after=delay)
+                await anyio.sleep(delay)
+        raise ConnectionError("telegram: flood control did not clear")
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        await self.bot.send_chat_action(
+            chat_id=int(chat_id),
+            action="typing",
+            message_thread_id=int(thread_id) if thread_id else None,
+        )
+
+    async def check(self) -> str:
+        """One harmless call (getMe) proving the token works; returns the bot's handle."""
+        me = await self.bot.get_me()
+        await self.bot.shutdown()
+        return f"@{me.username}"
+
+    async def aclose(self) -> None:
+        try:
+            await self.bot.shutdown()
+        except TelegramError:
+            pass
+
+
+def _seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the int form is deprecated; both are handled here
+        value = exc.retry_after
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return float(value)

@@ -1,0 +1,235 @@
+"""A fake Telegram Bot API on 127.0.0.1: getMe, getUpdates (long polling), sendMessage,
+sendChatAction and deleteWebhook, as python-telegram-bot calls them over HTTP.
+
+Tests push updates in and read what the bot sent; `flood_once` makes the next sendMessage
+answer 429 with retry_after, as Telegram's flood control does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+BOT_ID = 777000111
+BOT_USERNAME = "rousseau_test_bot"
+
+
+@dataclass
+class Sent:
+    chat_id: int
+    text: str
+    params: dict[str, Any]
+    at: float = field(default_factory=time.time)
+
+
+class FakeTelegram:
+    def __init__(self, token: str = "123456:TEST-token") -> None:
+        self.token = token
+        self.updates: list[dict[str, Any]] = []
+        self.sent: list[Sent] = []
+        self.actions: list[tuple[int, str]] = []
+        self.offsets: list[int] = []
+        self.flood_once: int | None = None
+        self.calls: list[str] = []
+        self._cond = threading.Condition()
+        self._update_ids = itertools.count(1000)
+        self._message_ids = itertools.count(1)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                fake._handle(self, raw)
+
+            do_GET = do_POST
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeTelegram:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    # -- what tests do ---------------------------------------------------------------------
+
+    def push(
+        self,
+        text: str,
+        *,
+        chat_id: int = 42,
+        user_id: int = 42,
+        chat_type: str = "private",
+        mention: bool = False,
+        reply_to_bot: bool = False,
+        from_bot: bool = False,
+        update_id: int | None = None,
+        message_id: int | None = None,
+    ) -> dict[str, Any]:
+        """Queue an update as Telegram would deliver it; returns it (push it again to double)."""
+        message: dict[str, Any] = {
+            "message_id": message_id or next(self._message_ids),
+            "date": int(time.time()),
+            "chat": {
+                "id": chat_id,
+                "type": chat_type,
+                **({"title": "Group"} if chat_type != "private" else {"first_name": "Ann"}),
+            },
+            "from": {"id": user_id, "is_bot": from_bot, "first_name": f"User{user_id}"},
+            "text": text,
+        }
+        if mention:
+            handle = f"@{BOT_USERNAME}"
+            message["text"] = f"{handle} {text}"
+            message["entities"] = [{"type": "mention", "offset": 0, "length": len(handle)}]
+        if reply_to_bot:
+            message["reply_to_message"] = {
+                "message_id": 1,
+                "date": int(time.time()),
+                "chat": message["chat"],
+                "from": {
+                    "id": BOT_ID,
+                    "is_bot": True,
+                    "first_name": "Rousseau",
+                    "username": BOT_USERNAME,
+                },
+                "text": "earlier answer",
+            }
+        update = {"update_id": update_id or next(self._update_ids), "message": message}
+        self.deliver(update)
+        return update
+
+    def deliver(self, update: dict[str, Any]) -> None:
+        with self._cond:
+            self.updates.append(update)
+            self._cond.notify_all()
+
+    def wait_sent(self, count: int, timeout: float = 20.0) -> list[Sent]:
+        deadline = time.monotonic() + timeout
+        while len(self.sent) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"expected {count} messages, got {[s.text for s in self.sent]}"
+                )
+            time.sleep(0.02)
+        return list(self.sent)
+
+    # -- the Bot API ----------------------------------------------------------------------
+
+    def _handle(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
+        path = handler.path.split("?")[0]
+        prefix = f"/bot{self.token}/"
+        method = path.rsplit("/", 1)[-1]
+        self.calls.append(method)
+        if not path.startswith(prefix):
+            self._reply(
+                handler, 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
+            )
+            return
+        params = self._params(handler, raw)
+        answer = getattr(self, f"_api_{method}", None)
+        if answer is None:
+            self._reply(handler, 200, {"ok": True, "result": True})
+            return
+        status, result = answer(params)
+        self._reply(handler, status, result)
+
+    def _params(self, handler: BaseHTTPRequestHandler, raw: bytes) -> dict[str, Any]:
+        kind = handler.headers.get("content-type", "")
+        if "json" in kind:
+            return dict(json.loads(raw or b"{}"))
+        out: dict[str, Any] = {}
+        for key, values in parse_qs(raw.decode()).items():
+            try:
+                out[key] = json.loads(values[0])
+            except ValueError:
+                out[key] = values[0]
+        return out
+
+    def _reply(self, handler: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        try:
+            handler.send_response(status)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _api_getMe(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return 200, {
+            "ok": True,
+            "result": {
+                "id": BOT_ID,
+                "is_bot": True,
+                "first_name": "Rousseau",
+                "username": BOT_USERNAME,
+                "can_join_groups": True,
+                "can_read_all_group_messages": False,
+                "supports_inline_queries": False,
+            },
+        }
+
+    def _api_getUpdates(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        offset = int(params.get("offset") or 0)
+        timeout = float(params.get("timeout") or 0)
+        self.offsets.append(offset)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            # Telegram forgets updates below the offset: that is the acknowledgement.
+            self.updates = [u for u in self.updates if u["update_id"] >= offset]
+            while not self.updates and time.monotonic() < deadline:
+                self._cond.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            batch = list(self.updates[:100])
+        return 200, {"ok": True, "result": batch}
+
+    def _api_sendMessage(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.flood_once is not None:
+            retry, self.flood_once = self.flood_once, None
+            return 429, {
+                "ok": False,
+                "error_code": 429,
+                "description": f"Too Many Requests: retry after {retry}",
+                "parameters": {"retry_after": retry},
+            }
+        chat_id = int(params["chat_id"])
+        self.sent.append(Sent(chat_id=chat_id, text=str(params["text"]), params=params))
+        return 200, {
+            "ok": True,
+            "result": {
+                "message_id": next(self._message_ids),
+                "date": int(time.time()),
+                "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+                "from": {"id": BOT_ID, "is_bot": True, "first_name": "Rousseau"},
+                "text": params["text"],
+            },
+        }
+
+    def _api_sendChatAction(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.actions.append((int(params["chat_id"]), str(params["action"])))
+        return 200, {"ok": True, "result": True}

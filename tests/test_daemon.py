@@ -1,0 +1,281 @@
+"""`rousseau run` as a subprocess, python-telegram-bot talking to a fake Bot API and the
+OpenAI SDK to a fake model, both on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.llm import FakeLLMServer, Recorded, Reply, Sleep, openai_completion, openai_stream
+from tests.fakes.telegram import BOT_ID, FakeTelegram
+
+SCRIPT = Path(sys.executable).parent / "rousseau"
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def model(recorded: Recorded) -> Reply:
+    """Echo the last user message; 'slow N' waits N seconds; 'long' writes 10,000 words."""
+    last = recorded.body["messages"][-1]["content"]
+    if "long" in last:
+        text = " ".join(f"w{i}" for i in range(10_000))
+    else:
+        text = f"echo: {last}"
+    reply = openai_stream(openai_completion(text))
+    for word in last.split():
+        if word.startswith("slow"):
+            return Sleep(float(word[4:] or 2), reply)
+    return reply
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegram]:
+    fake = FakeTelegram().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def llm(fake_llm: FakeLLMServer) -> FakeLLMServer:
+    fake_llm.responder = model
+    return fake_llm
+
+
+class Daemon:
+    def __init__(self, tmp: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> None:
+        self.port = free_port()
+        self.config = tmp / "config.yaml"
+        self.config.write_text(
+            json.dumps(
+                {
+                    "provider": "openai",
+                    "openai": {"api_key": "sk-test", "base_url": llm.url + "/v1", "max_retries": 0},
+                    "telegram": {
+                        "token": telegram.token,
+                        "base_url": telegram.url,
+                        "allowlist": [42, 43, 44],
+                    },
+                    "state": {"path": str(tmp / "state.db")},
+                    "agent": {"workspace": str(tmp / "ws")},
+                    "shutdown_grace": "5s",
+                    "health": {"listen": f"127.0.0.1:{self.port}"},
+                    "log": {"format": "json", "level": "info"},
+                }
+            )
+        )
+        self.log = tmp / "daemon.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Daemon:
+        env = {"PATH": os.environ["PATH"], "HOME": str(self.config.parent)}
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [*COMMAND, "--config", str(self.config), "run"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if self.health()[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("the daemon never became healthy:\n" + self.log.read_text())
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
+            return str(r.read().decode())
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> Iterator[Daemon]:
+    d = Daemon(tmp_path, telegram, llm)
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.proc.kill()
+        d.proc.wait()
+
+
+def test_reply_reaches_the_allowlisted_chat(daemon: Daemon, telegram: FakeTelegram) -> None:
+    daemon.start()
+    telegram.push("hello there", chat_id=42, user_id=42)
+    [sent] = telegram.wait_sent(1)
+    assert (sent.chat_id, sent.text) == (42, "echo: hello there")
+    assert (42, "typing") in telegram.actions
+    status, body = daemon.health()
+    assert status == 200 and body["transports"]["telegram"]["connected"] is True
+    metrics = daemon.metrics()
+    assert 'rousseau_inbound_messages_total{transport="telegram"} 1.0' in metrics
+    assert "rousseau_turn_seconds_count 1.0" in metrics
+
+
+def test_stranger_gets_nothing_and_costs_no_model_call(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    daemon.start()
+    telegram.push("let me in", chat_id=666, user_id=666)
+    telegram.push("hi", chat_id=42, user_id=42)
+    telegram.wait_sent(1)
+    time.sleep(0.5)
+    assert [s.chat_id for s in telegram.sent] == [42]
+    assert len(llm.posts()) == 1
+    ignored = [e for e in daemon.events() if e.get("event") == "router.ignored_sender"]
+    assert ignored and ignored[0]["sender"] == "666" and "telegram.allowlist" in ignored[0]["hint"]
+
+
+def test_group_needs_a_mention_or_a_reply(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    daemon.start()
+    telegram.push("just chatting", chat_id=-100, user_id=43, chat_type="supergroup")
+    telegram.push("what time is it", chat_id=-100, user_id=43, chat_type="supergroup", mention=True)
+    telegram.push("and now?", chat_id=-100, user_id=44, chat_type="supergroup", reply_to_bot=True)
+    sent = telegram.wait_sent(2)
+    time.sleep(0.3)
+    assert len(telegram.sent) == 2
+    assert sent[0].text.startswith("echo: User43: @rousseau_test_bot what time is it")
+    assert sent[1].text == "echo: User44: and now?"
+    assert sent[0].params["reply_parameters"]["message_id"] > 0  # quoted in groups
+    assert len(llm.posts()) == 2
+
+
+def test_long_reply_is_split_under_4096_with_nothing_lost(
+    daemon: Daemon, telegram: FakeTelegram
+) -> None:
+    daemon.start()
+    telegram.push("say something long")
+    time.sleep(1)
+    sent = telegram.wait_sent(2)
+    time.sleep(1)
+    sent = telegram.sent
+    assert len(sent) > 1 and all(len(s.text.encode("utf-16-le")) // 2 <= 4096 for s in sent)
+    words = " ".join(s.text for s in sent).split()
+    assert words == [f"w{i}" for i in range(10_000)]
+
+
+def test_two_senders_are_answered_concurrently(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    daemon.start()
+    telegram.push("slow2 from a", chat_id=42, user_id=42)
+    telegram.push("slow2 from b", chat_id=43, user_id=43)
+    sent = telegram.wait_sent(2)
+    first_answer = min(s.at for s in sent)
+    # Both questions reached the model before either answer went out: neither waited.
+    assert all(r.at < first_answer for r in llm.posts())
+
+
+def test_the_same_update_twice_is_answered_once(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    daemon.start()
+    update = telegram.push("only once please")
+    telegram.deliver(update)
+    telegram.wait_sent(1)
+    time.sleep(0.8)
+    assert len(telegram.sent) == 1 and len(llm.posts()) == 1
+
+
+def test_kill_mid_turn_then_restart_answers_exactly_once(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    daemon.start()
+    telegram.push("slow3 survive a crash")
+    deadline = time.monotonic() + 10
+    while not llm.posts() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert llm.posts(), "the model was never asked"
+    daemon.stop(signal.SIGKILL)
+    daemon.start()
+    [sent] = telegram.wait_sent(1, timeout=30)
+    time.sleep(1.5)
+    assert len(telegram.sent) == 1
+    assert sent.text == "echo: slow3 survive a crash"
+
+
+def test_history_survives_a_restart(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    daemon.start()
+    telegram.push("my name is Ada")
+    telegram.wait_sent(1)
+    assert daemon.stop() == 0
+    daemon.start()
+    telegram.push("what is my name?")
+    telegram.wait_sent(2)
+    history = [m["content"] for m in llm.posts()[-1].body["messages"] if m["role"] != "system"]
+    assert history == ["my name is Ada", "echo: my name is Ada", "what is my name?"]
+
+
+def test_sigterm_exits_zero_within_the_grace_period(daemon: Daemon, telegram: FakeTelegram) -> None:
+    daemon.start()
+    telegram.push("slow1 finish me first")
+    time.sleep(0.5)
+    started = time.monotonic()
+    assert daemon.stop(signal.SIGTERM, timeout=15) == 0
+    assert time.monotonic() - started < 10
+    # The in-flight turn was allowed to finish and its reply went out before exit.
+    assert [s.text for s in telegram.sent] == ["echo: slow1 finish me first"]
+    events = [e.get("event") for e in daemon.events()]
+    assert "daemon.stopping" in events and "daemon.stopped" in events
+
+
+def test_flood_control_is_honoured(daemon: Daemon, telegram: FakeTelegram) -> None:
+    telegram.flood_once = 1
+    daemon.start()
+    telegram.push("hello")
+    [sent] = telegram.wait_sent(1)
+    assert sent.text == "echo: hello"
+    assert any(e.get("event") == "telegram.flood_control" for e in daemon.events())
+
+
+def test_bot_messages_are_ignored(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    daemon.start()
+    telegram.push("I am a bot", from_bot=True, user_id=BOT_ID)
+    telegram.push("hello")
+    telegram.wait_sent(1)
+    time.sleep(0.3)
+    assert len(llm.posts()) == 1
