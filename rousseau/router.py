@@ -123,6 +123,7 @@ class Router:
         self._closing = False
         self._idle = anyio.Event()
         self._idle.set()
+        self._delivered = anyio.Event()
 
     # -- intake ---------------------------------------------------------------------------
 
@@ -335,6 +336,7 @@ class Router:
                 await self.state.sent(row.id)
                 self.metrics.replies.labels(name).inc()
             self.metrics.outbox_pending.set(await self.state.outbox_pending())
+            self._delivered.set()
             if rows and len(rows) == 50:
                 continue
             next_at = await self.state.next_due_at(name)
@@ -366,7 +368,9 @@ class Router:
             for name in self.transports:
                 self.wake(name)
             while await self.state.outbox_pending():
-                await anyio.sleep(0.05)
+                self._delivered = anyio.Event()
+                with anyio.move_on_after(0.5):  # a send that fails waits for its retry time
+                    await self._delivered.wait()
             return True
         log.warning("router.drain_timeout", unfinished=len(self._queues))
         return False
