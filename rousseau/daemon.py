@@ -104,9 +104,11 @@ class Daemon:
         *,
         only: str | None = None,
         transports: dict[str, Transport] | None = None,
+        chat_policies: dict[str, ChatPolicy] | None = None,
     ) -> None:
         self.config = config
         self.transports = transports if transports is not None else build_transports(config, only)
+        self.chat_policies = {**policies(config), **(chat_policies or {})}
         self.metrics = Metrics()
         self._stopping = False
         self._stop = anyio.Event()
@@ -123,7 +125,7 @@ class Daemon:
             agent=agent,
             store=store,
             transports=self.transports,
-            policies=policies(config),
+            policies=self.chat_policies,
             rate_limiter=RateLimiter(
                 parse_rate(rl.default),
                 {k: parse_rate(v) for k, v in rl.per_transport.items()},

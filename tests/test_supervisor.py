@@ -1,0 +1,85 @@
+"""The supervisor keeps a failing transport retrying without stopping the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from rousseau.config import load_config
+from rousseau.daemon import Daemon, sd_notify
+from rousseau.router import ChatPolicy
+from rousseau.transports.base import MemoryTransport
+from rousseau.transports.telegram import TelegramTransport
+from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
+from tests.fakes.telegram import FakeTelegram
+
+pytestmark = pytest.mark.anyio
+
+
+def echo(recorded: Recorded) -> Reply:
+    return openai_stream(openai_completion("echo: " + recorded.body["messages"][-1]["content"]))
+
+
+async def test_bad_token_retries_while_another_transport_serves(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.responder = echo
+    telegram = FakeTelegram(token="111:right").start()
+    config = load_config(
+        None,
+        {
+            "HOME": str(tmp_path),
+            "ROUSSEAU_PROVIDER": "openai",
+            "OPENAI_API_KEY": "sk-test",
+            "ROUSSEAU_OPENAI_BASE_URL": fake_llm.url + "/v1",
+            "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db"),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp_path / "ws"),
+        },
+    )
+    memory = MemoryTransport()
+    broken = TelegramTransport("222:wrong", base_url=telegram.url)
+    daemon = Daemon(
+        config,
+        transports={"telegram": broken, "memory": memory},
+        chat_policies={"memory": ChatPolicy(policy="open")},
+    )
+    try:
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(daemon.run)
+                with anyio.fail_after(20):
+                    while not memory.connected:
+                        await anyio.sleep(0.02)
+                    await memory.inject("still here?")
+                    [out] = await memory.wait_sent(1)
+                    while sum(e["event"] == "transport.failed" for e in logs) < 2:
+                        await anyio.sleep(0.05)
+                    await memory.inject("and now?")
+                    await memory.wait_sent(2)
+                daemon.stop()
+    finally:
+        telegram.stop()
+    assert out.text == "echo: still here?"
+    failures = [e for e in logs if e["event"] == "transport.failed"]
+    assert all(
+        e["transport"] == "telegram" and "token was rejected" in e["error"] for e in failures
+    )
+    restarts = [e for e in logs if e["event"] == "transport.restart"]
+    assert [e["attempt"] for e in restarts[:2]] == [1, 2]
+    assert "daemon.stopped" in [e["event"] for e in logs]
+
+
+def test_sd_notify_speaks_the_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(path)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        assert sd_notify("READY=1") is True
+        assert server.recv(64) == b"READY=1"
+    monkeypatch.delenv("NOTIFY_SOCKET")
+    assert sd_notify("READY=1") is False
