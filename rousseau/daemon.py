@@ -19,7 +19,7 @@ import anyio
 import structlog
 from anyio.abc import SocketStream, TaskGroup
 
-from rousseau.agent import ConfigError
+from rousseau.agent import ConfigError, Provider
 from rousseau.app import build_agent
 from rousseau.config import Config
 from rousseau.metrics import Metrics
@@ -105,8 +105,10 @@ class Daemon:
         only: str | None = None,
         transports: dict[str, Transport] | None = None,
         chat_policies: dict[str, ChatPolicy] | None = None,
+        provider: Provider | None = None,
     ) -> None:
         self.config = config
+        self.provider = provider
         self.transports = transports if transports is not None else build_transports(config, only)
         self.chat_policies = {**policies(config), **(chat_policies or {})}
         self.metrics = Metrics()
@@ -115,9 +117,12 @@ class Daemon:
 
     async def run(self) -> int:
         config = self.config
-        name, why = await anyio.to_thread.run_sync(detect_provider, config)
         store = Store(config.state.path)
-        provider = build_provider(config, name, store=store)
+        if self.provider is not None:
+            provider, name, why = self.provider, self.provider.name, "given by the caller"
+        else:
+            name, why = await anyio.to_thread.run_sync(detect_provider, config)
+            provider = build_provider(config, name, store=store)
         log.info("daemon.starting", provider=name, reason=why, transports=sorted(self.transports))
         agent = build_agent(config, provider, store)
         rl = config.ratelimit

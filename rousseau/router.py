@@ -20,7 +20,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from rousseau.agent import Agent, Message, Session
 from rousseau.metrics import Metrics
 from rousseau.state import Store
-from rousseau.state.daemon_state import DaemonState
+from rousseau.state.daemon_state import DaemonState, OutboxRow
 from rousseau.transports.base import Inbound, Outbound, Transport
 from rousseau.transports.split import split_message
 
@@ -38,6 +38,9 @@ FAILED_REPLY = (
 PAIRING_TTL = 3600.0
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 TYPING_EVERY = 4.0
+TYPING_AFTER = 0.5  # a reply faster than this needs no typing indicator
+DELIVERY_BATCH = 200
+DELIVERY_CHATS = 32  # chats whose replies are sent at once; order holds within each chat
 
 
 class ShuttingDown(Exception):
@@ -273,6 +276,7 @@ class Router:
         transport = self.transports.get(inbound.transport)
         if transport is None:
             return
+        await anyio.sleep(TYPING_AFTER)
         while True:
             try:
                 await transport.typing(inbound.chat_id, inbound.thread_id)
@@ -311,11 +315,32 @@ class Router:
             event.set()
 
     async def deliver(self, name: str) -> None:
-        """Send the outbox of one transport, in order, retrying failures with backoff."""
+        """Send the outbox of one transport: chats in parallel, each chat's parts in order,
+        failures retried with backoff."""
         transport = self.transports[name]
+        limiter = anyio.CapacityLimiter(DELIVERY_CHATS)
         while True:
             self._wake[name] = wake = anyio.Event()
-            rows = await self.state.due(name)
+            rows = await self.state.due(name, DELIVERY_BATCH)
+            chats: dict[tuple[str, str | None], list[OutboxRow]] = {}
+            for row in rows:
+                chats.setdefault((row.message.chat_id, row.message.thread_id), []).append(row)
+            async with anyio.create_task_group() as tg:
+                for chat_rows in chats.values():
+                    tg.start_soon(self._deliver_chat, transport, chat_rows, limiter)
+            self.metrics.outbox_pending.set(await self.state.outbox_pending())
+            self._delivered.set()
+            if len(rows) == DELIVERY_BATCH:
+                continue
+            next_at = await self.state.next_due_at(name)
+            wait = 5.0 if next_at is None else max(0.0, min(5.0, next_at - time.time()))
+            with anyio.move_on_after(wait):
+                await wake.wait()
+
+    async def _deliver_chat(
+        self, transport: Transport, rows: list[OutboxRow], limiter: anyio.CapacityLimiter
+    ) -> None:
+        async with limiter:
             for row in rows:
                 try:
                     await transport.send(row.message)
@@ -325,24 +350,16 @@ class Router:
                     give_up = attempts >= 12
                     log.warning(
                         "router.send_failed",
-                        transport=name,
+                        transport=transport.name,
                         attempt=attempts,
                         retry_in=round(delay, 1),
                         error=str(exc),
                         gave_up=give_up,
                     )
                     await self.state.retry_later(row.id, delay, str(exc), give_up=give_up)
-                    break  # keep the order: later parts wait for this one
+                    return  # keep the order: this chat's later parts wait for this one
                 await self.state.sent(row.id)
-                self.metrics.replies.labels(name).inc()
-            self.metrics.outbox_pending.set(await self.state.outbox_pending())
-            self._delivered.set()
-            if rows and len(rows) == 50:
-                continue
-            next_at = await self.state.next_due_at(name)
-            wait = 5.0 if next_at is None else max(0.0, min(5.0, next_at - time.time()))
-            with anyio.move_on_after(wait):
-                await wake.wait()
+                self.metrics.replies.labels(transport.name).inc()
 
     # -- running --------------------------------------------------------------------------
 

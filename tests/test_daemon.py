@@ -139,10 +139,10 @@ def daemon(tmp_path: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> Iterat
 
 def test_reply_reaches_the_allowlisted_chat(daemon: Daemon, telegram: FakeTelegram) -> None:
     daemon.start()
-    telegram.push("hello there", chat_id=42, user_id=42)
+    telegram.push("slow1 hello there", chat_id=42, user_id=42)
     [sent] = telegram.wait_sent(1)
-    assert (sent.chat_id, sent.text) == (42, "echo: hello there")
-    assert (42, "typing") in telegram.actions
+    assert (sent.chat_id, sent.text) == (42, "echo: slow1 hello there")
+    assert (42, "typing") in telegram.actions  # the reply took a second: typing was shown
     status, body = daemon.health()
     assert status == 200 and body["transports"]["telegram"]["connected"] is True
     metrics = daemon.metrics()

@@ -139,9 +139,13 @@ class DaemonState:
     async def due(self, transport: str, limit: int = 50) -> list[OutboxRow]:
         def op(db: sqlite3.Connection) -> list[OutboxRow]:
             rows = db.execute(
-                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts FROM outbox"
-                " WHERE status = 'pending' AND transport = ? AND next_attempt_at <= ?"
-                " ORDER BY id LIMIT ?",
+                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts FROM outbox o"
+                " WHERE status = 'pending' AND transport = ?1 AND next_attempt_at <= ?2"
+                # A part never overtakes an earlier one of its chat that waits for a retry.
+                " AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
+                " AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id < o.id"
+                " AND e.next_attempt_at > ?2)"
+                " ORDER BY id LIMIT ?3",
                 (transport, time.time(), limit),
             ).fetchall()
             return [

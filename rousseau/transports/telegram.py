@@ -17,6 +17,7 @@ from anyio.abc import TaskStatus
 from rousseau.agent import MissingExtraError
 from rousseau.transports.base import Inbound, InboundHandler, Outbound
 from rousseau.transports.split import utf16_len
+from rousseau.transports.telegram_http import AiohttpRequest
 
 try:
     import telegram
@@ -41,7 +42,12 @@ class TelegramTransport:
     ):
         root = (base_url or "https://api.telegram.org").rstrip("/")
         root = root if root.endswith("/bot") else root + "/bot"
-        self.bot = telegram.Bot(token, base_url=root)
+        self.bot = telegram.Bot(
+            token,
+            base_url=root,
+            request=AiohttpRequest(),
+            get_updates_request=AiohttpRequest(connections=1, read_timeout=poll_timeout + 10),
+        )
         self.poll_timeout = poll_timeout
         self._connected = False
         self._scope: anyio.CancelScope | None = None

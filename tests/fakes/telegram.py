@@ -37,6 +37,7 @@ class FakeTelegram:
         self.offsets: list[int] = []
         self.flood_once: int | None = None
         self.calls: list[str] = []
+        self.pushed_at: dict[str, float] = {}
         self._cond = threading.Condition()
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(1)
@@ -58,6 +59,8 @@ class FakeTelegram:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        # Clients drop pooled connections and cancel calls mid-request; that is not an error.
+        self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
@@ -142,6 +145,9 @@ class FakeTelegram:
 
     def _handle(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
         path = handler.path.split("?")[0]
+        if path.startswith("/control/"):
+            self._control(handler, path, raw)
+            return
         prefix = f"/bot{self.token}/"
         method = path.rsplit("/", 1)[-1]
         self.calls.append(method)
@@ -157,6 +163,27 @@ class FakeTelegram:
             return
         status, result = answer(params)
         self._reply(handler, status, result)
+
+    def _control(self, handler: BaseHTTPRequestHandler, path: str, raw: bytes) -> None:
+        """For load runs in another process: push many messages, read what came back."""
+        if path == "/control/push":
+            now = time.time()
+            for m in json.loads(raw)["messages"]:
+                self.pushed_at[m["text"]] = now
+                self.push(m["text"], chat_id=m["chat_id"], user_id=m["user_id"])
+            self._reply(handler, 200, {"ok": True})
+            return
+        latencies = [
+            (s.at - self.pushed_at[s.text[6:]]) * 1000
+            for s in self.sent
+            if s.text.startswith("echo: ") and s.text[6:] in self.pushed_at
+        ]
+        calls: dict[str, int] = {}
+        for method in self.calls:
+            calls[method] = calls.get(method, 0) + 1
+        self._reply(
+            handler, 200, {"sent": len(self.sent), "latencies_ms": latencies, "calls": calls}
+        )
 
     def _params(self, handler: BaseHTTPRequestHandler, raw: bytes) -> dict[str, Any]:
         kind = handler.headers.get("content-type", "")
@@ -231,5 +258,19 @@ class FakeTelegram:
         }
 
     def _api_sendChatAction(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if "chat_id" not in params:  # a call cancelled mid-body (the turn was already done)
+            return 400, {"ok": False, "error_code": 400, "description": "Bad Request: chat_id"}
         self.actions.append((int(params["chat_id"]), str(params["action"])))
         return 200, {"ok": True, "result": True}
+
+
+if __name__ == "__main__":
+    import sys
+
+    server = FakeTelegram(token=sys.argv[1] if len(sys.argv) > 1 else "123456:TEST-token").start()
+    print(server.url, flush=True)  # noqa: T201 - the parent process reads the address
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()

@@ -1,0 +1,182 @@
+"""The daemon under load: Telegram (python-telegram-bot against a fake Bot API in another
+process) into the router, a zero-latency model, replies back out through the outbox.
+
+Prints messages per second, p50/p99 added latency (update available -> reply received by the
+Bot API) and RSS before and after. Targets on a 2-core machine: >= 300 messages/s across 100
+chats; p99 added latency < 50 ms at 100 messages/s; RSS growth < 10% over 20,000 messages;
+with a 1 s model, 100 chats sending at once all answered within 3 s.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rousseau.agent import Request, Response  # noqa: E402
+from rousseau.agent.testing import FunctionProvider, text_reply  # noqa: E402
+from rousseau.config import load_config  # noqa: E402
+from rousseau.daemon import Daemon  # noqa: E402
+from rousseau.log import configure_logging  # noqa: E402
+from rousseau.router import ChatPolicy  # noqa: E402
+from rousseau.transports.telegram import TelegramTransport  # noqa: E402
+
+TOKEN = "123456:BENCH-token"
+CHATS = 100
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def call(url: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = json.dumps(payload or {}).encode()
+    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return dict(json.loads(r.read()))
+
+
+class Load:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.n = 0
+
+    def push(self, count: int) -> None:
+        messages = []
+        for _ in range(count):
+            self.n += 1
+            chat = 1000 + self.n % CHATS
+            messages.append({"chat_id": chat, "user_id": chat, "text": f"m{self.n}"})
+        call(self.url + "/control/push", {"messages": messages})
+
+    def stats(self) -> dict[str, Any]:
+        return call(self.url + "/control/stats")
+
+    async def wait_for(self, sent: int, limit: float = 600) -> dict[str, Any]:
+        with anyio.fail_after(limit):
+            while True:
+                stats = await anyio.to_thread.run_sync(self.stats)
+                if stats["sent"] >= sent:
+                    return stats
+                await anyio.sleep(0.05)
+
+
+async def run_scenario(model_delay: float) -> None:
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.telegram", TOKEN],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert fake.stdout is not None
+    url = fake.stdout.readline().strip()
+    tmp = Path(tempfile.mkdtemp())
+
+    async def answer(request: Request) -> Response:
+        if model_delay:
+            await anyio.sleep(model_delay)
+        return text_reply("echo: " + request.messages[-1].text)
+
+    config = load_config(
+        None,
+        {
+            "HOME": str(tmp),
+            "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
+            "ROUSSEAU_RATELIMIT_DEFAULT": "100000/1s",
+            "ROUSSEAU_MAX_CONCURRENT_TURNS": "128",
+        },
+    )
+    transport = TelegramTransport(TOKEN, base_url=url, poll_timeout=10)
+    daemon = Daemon(
+        config,
+        transports={"telegram": transport},
+        chat_policies={"telegram": ChatPolicy(policy="open")},
+        provider=FunctionProvider(answer),
+    )
+    load = Load(url)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            with anyio.fail_after(30):
+                while not transport.connected:
+                    await anyio.sleep(0.05)
+            if model_delay:
+                started = time.monotonic()
+                await anyio.to_thread.run_sync(load.push, CHATS)
+                await load.wait_for(CHATS)
+                print(
+                    f"1 s model, {CHATS} chats at once: all answered in "
+                    f"{time.monotonic() - started:.2f} s (target < 3 s)"
+                )
+            else:
+                await measure(load)
+            daemon.stop()
+    finally:
+        fake.terminate()
+        fake.wait()
+
+
+async def measure(load: Load) -> None:
+    # Warm up, then throughput: 5,000 messages pushed as fast as the fake takes them.
+    await anyio.to_thread.run_sync(load.push, 500)
+    await load.wait_for(500)
+    rss_before = rss_mb()
+    total = 5000
+    started = time.monotonic()
+    for _ in range(total // 500):
+        await anyio.to_thread.run_sync(load.push, 500)
+    stats = await load.wait_for(500 + total)
+    elapsed = time.monotonic() - started
+    print(f"throughput: {total / elapsed:.0f} messages/s across {CHATS} chats (target >= 300)")
+
+    # Latency at a steady 100 messages/s: 10 messages every 100 ms for 10 s.
+    seen = stats["sent"]
+    for _ in range(100):
+        tick = time.monotonic()
+        await anyio.to_thread.run_sync(load.push, 10)
+        await anyio.sleep(max(0.0, 0.1 - (time.monotonic() - tick)))
+    stats = await load.wait_for(seen + 1000)
+    lat = stats["latencies_ms"][seen:]
+    q = statistics.quantiles(lat, n=100)
+    print(
+        f"added latency at 100 messages/s: p50 {statistics.median(lat):.1f} ms, "
+        f"p99 {q[98]:.1f} ms (target p99 < 50 ms)"
+    )
+
+    # Memory: 20,000 messages in all since the first reading.
+    remaining = 20_000 - total - 1000
+    while remaining > 0:
+        await anyio.to_thread.run_sync(load.push, min(500, remaining))
+        remaining -= 500
+    await load.wait_for(500 + 20_000)
+    rss_after = rss_mb()
+    growth = (rss_after - rss_before) / rss_before * 100
+    print(
+        f"RSS: {rss_before:.1f} MB before, {rss_after:.1f} MB after 20,000 messages "
+        f"({growth:+.1f}%, target < 10%)"
+    )
+
+
+async def main() -> None:
+    configure_logging("error")
+    await run_scenario(0.0)
+    await run_scenario(1.0)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
