@@ -98,7 +98,7 @@ async def run_scenario(url: str, model_delay: float) -> None:
         config,
         transports={"telegram": transport},
         chat_policies={"telegram": ChatPolicy(policy="open")},
-        provider=FunctionProvider(answer),
+        provider=FunctionProvider(answer, record=False),
     )
     load = Load(url)
     async with anyio.create_task_group() as tg:

@@ -111,6 +111,9 @@ class Router:
     denied_reply: str = ""
     max_concurrent_turns: int = 64
     session_cache: int = 256
+    """Sessions kept in memory between turns (least recently used dropped first)..."""
+    session_cache_messages: int = 20_000
+    """...and the messages they may hold in all; a dropped session is reloaded from disk."""
     metrics: Metrics = field(default_factory=Metrics)
     new_session_id: Callable[[], str] = field(default=lambda: secrets.token_hex(6))
 
@@ -255,6 +258,7 @@ class Router:
         cached = self._sessions.get(key)
         if cached is not None:
             self._sessions.move_to_end(key)
+            self._trim_sessions()
             return cached
         session_id = await self.state.session_for(key)
         session = await self.store.load(session_id) if session_id else None
@@ -262,9 +266,16 @@ class Router:
             session = await self.store.create_session(session_id or self.new_session_id())
             await self.state.bind_session(key, session.id)
         self._sessions[key] = session
-        while len(self._sessions) > self.session_cache:
-            self._sessions.popitem(last=False)
+        self._trim_sessions()
         return session
+
+    def _trim_sessions(self) -> None:
+        held = sum(len(s.messages) for s in self._sessions.values())
+        while len(self._sessions) > 1 and (
+            len(self._sessions) > self.session_cache or held > self.session_cache_messages
+        ):
+            _, dropped = self._sessions.popitem(last=False)
+            held -= len(dropped.messages)
 
     async def _new_session(self, key: str) -> None:
         session = await self.store.create_session(self.new_session_id())

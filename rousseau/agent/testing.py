@@ -58,16 +58,21 @@ def tools_reply(calls: list[tuple[str, dict[str, Any]]], *, text: str = "") -> R
 
 
 class FunctionProvider:
-    """A provider whose replies come from `fn(request)`; it records every request."""
+    """A provider whose replies come from `fn(request)`; it records every request unless
+    `record=False` (for long runs, where the copies would pile up)."""
 
     name = "function"
 
-    def __init__(self, fn: Callable[[Request], Response | Awaitable[Response]]) -> None:
+    def __init__(
+        self, fn: Callable[[Request], Response | Awaitable[Response]], *, record: bool = True
+    ) -> None:
         self.fn = fn
+        self.record = record
         self.requests: list[Request] = []
 
     async def complete(self, request: Request) -> Response:
-        self.requests.append(_snapshot(request))
+        if self.record:
+            self.requests.append(_snapshot(request))
         result = self.fn(request)
         if inspect.isawaitable(result):
             result = await result
