@@ -226,6 +226,19 @@ async def test_rate_limit_replies_once_and_skips_the_model() -> None:
     assert [o.text for o in t.sent].count("slow down") == 1
 
 
+async def test_evicted_sessions_reload_with_their_history() -> None:
+    provider = FunctionProvider(lambda r: text_reply(f"{len(r.messages)} messages"))
+    async with running(provider) as (router, t):
+        router.session_cache_messages = 3
+        for i in range(3):
+            await t.inject(f"a{i}", chat_id="a")
+            await t.inject(f"b{i}", chat_id="b", sender_id="u2")
+            await t.wait_sent(2 * (i + 1))
+        assert len(router._sessions) == 1  # over budget: only the newest session stays
+    # Each chat's third turn still saw its whole history: 2 earlier exchanges + the question.
+    assert [o.text for o in t.sent if o.chat_id == "a"] == ["1 messages", "3 messages", "5 messages"]
+
+
 def test_rate_limiter_keys_are_bounded() -> None:
     limiter = RateLimiter((1, 60.0), {}, max_keys=100)
     for i in range(1000):
