@@ -387,7 +387,37 @@ def _doctor(args: argparse.Namespace) -> int:
     _doctor_store(config, report)
     _doctor_workspace(config, report)
     _doctor_provider(config, report)
+    _doctor_transports(config, report)
     return 1 if failed else 0
+
+
+def _doctor_transports(config: Config, report: Callable[[bool, str, str], None]) -> None:
+    """One harmless call per configured transport, proving its credentials work."""
+    import anyio
+
+    from rousseau.agent import RousseauError
+    from rousseau.daemon import TRANSPORTS, build_transports
+
+    if not any(getattr(config, name) is not None for name in TRANSPORTS):
+        return
+    try:
+        transports = build_transports(config)
+    except RousseauError as exc:
+        report(False, "transport", str(exc))
+        return
+    for name, transport in transports.items():
+        check = getattr(transport, "check", None)
+        if check is None:
+            continue
+
+        async def run(probe: Callable[[], Any] = check) -> str:
+            with anyio.fail_after(20):
+                return str(await probe())
+
+        try:
+            report(True, name, f"connected as {anyio.run(run)}")
+        except Exception as exc:
+            report(False, name, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
 
 def _doctor_store(config: Config, report: Callable[[bool, str, str], None]) -> None:

@@ -279,3 +279,25 @@ def test_bot_messages_are_ignored(
     telegram.wait_sent(1)
     time.sleep(0.3)
     assert len(llm.posts()) == 1
+
+
+def test_doctor_checks_the_telegram_token(daemon: Daemon, telegram: FakeTelegram) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(daemon.config.parent)}
+    ok = subprocess.run(
+        [*COMMAND, "--config", str(daemon.config), "doctor"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "ok    telegram   connected as @rousseau_test_bot" in ok.stdout, ok.stdout
+    config = json.loads(daemon.config.read_text())
+    config["telegram"]["token"] = "999:wrong"
+    daemon.config.write_text(json.dumps(config))
+    bad = subprocess.run(
+        [*COMMAND, "--config", str(daemon.config), "doctor"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1
+    assert "FAIL  telegram   InvalidToken" in bad.stdout, bad.stdout

@@ -236,7 +236,11 @@ async def test_evicted_sessions_reload_with_their_history() -> None:
             await t.wait_sent(2 * (i + 1))
         assert len(router._sessions) == 1  # over budget: only the newest session stays
     # Each chat's third turn still saw its whole history: 2 earlier exchanges + the question.
-    assert [o.text for o in t.sent if o.chat_id == "a"] == ["1 messages", "3 messages", "5 messages"]
+    assert [o.text for o in t.sent if o.chat_id == "a"] == [
+        "1 messages",
+        "3 messages",
+        "5 messages",
+    ]
 
 
 def test_rate_limiter_keys_are_bounded() -> None:

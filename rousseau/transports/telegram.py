@@ -182,9 +182,11 @@ class TelegramTransport:
 
     async def check(self) -> str:
         """One harmless call (getMe) proving the token works; returns the bot's handle."""
-        me = await self.bot.get_me()
-        await self.bot.shutdown()
-        return f"@{me.username}"
+        try:
+            await self.bot.initialize()  # calls getMe
+            return f"@{self.bot.bot.username}"
+        finally:
+            await self.bot.shutdown()
 
     async def aclose(self) -> None:
         try:
