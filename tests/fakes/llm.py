@@ -98,6 +98,8 @@ class FakeLLMServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        # Clients that give up (timeouts, cancelled turns) reset connections: not an error.
+        self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
