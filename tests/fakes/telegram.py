@@ -36,6 +36,8 @@ class FakeTelegram:
         self.actions: list[tuple[int, str]] = []
         self.offsets: list[int] = []
         self.flood_once: int | None = None
+        self.drop_polls = 0
+        """Answer this many getUpdates calls with 502, as a proxy in front of a dying link."""
         self.calls: list[str] = []
         self.pushed_at: dict[str, float] = {}
         self._cond = threading.Condition()
@@ -223,6 +225,9 @@ class FakeTelegram:
         }
 
     def _api_getUpdates(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.drop_polls > 0:
+            self.drop_polls -= 1
+            return 502, {"ok": False, "error_code": 502, "description": "Bad Gateway"}
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
         self.offsets.append(offset)

@@ -1,0 +1,58 @@
+"""What every transport adapter must do, as scenarios run against each adapter's own fake.
+
+An adapter joins the suite by providing a Harness: it builds the real adapter pointed at a
+wire-level fake of its platform and drives that fake the way the platform would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from rousseau.transports.base import Transport
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A message the adapter sent, as the platform's fake saw it."""
+
+    chat: str
+    text: str
+    thread: str | None = None
+
+
+class Harness(Protocol):
+    name: str
+    owner: str
+    """A sender id the suite puts on the allowlist."""
+    stranger: str
+    dm_chat: str
+    """Where the owner's direct messages arrive (and their replies must go)."""
+    group_chat: str
+    measure: Callable[[str], int]
+    limit: int
+
+    def transport(self) -> Transport: ...
+
+    def dm(self, text: str, *, sender: str | None = None) -> None:
+        """A direct message from `sender` (default: the owner)."""
+        ...
+
+    def group(self, text: str, *, mentioned: bool) -> None:
+        """A group message from the owner, mentioning the bot or not."""
+        ...
+
+    def own_message(self, text: str) -> None:
+        """A message the bot itself wrote, echoed back by the platform."""
+        ...
+
+    def redeliver_last(self) -> None:
+        """Deliver the last message again, as platforms do on retries."""
+        ...
+
+    def drop_connection(self) -> None:
+        """Break the adapter's link to the platform once."""
+        ...
+
+    def delivered(self) -> list[Delivered]: ...

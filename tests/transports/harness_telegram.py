@@ -1,0 +1,57 @@
+"""The Telegram adapter's harness for the conformance suite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rousseau.transports.base import Transport
+from rousseau.transports.split import utf16_len
+from rousseau.transports.telegram import MAX_LENGTH, TelegramTransport
+from tests.fakes.telegram import BOT_ID, FakeTelegram
+from tests.transports.conformance import Delivered
+
+
+class TelegramHarness:
+    name = "telegram"
+    owner = "42"
+    stranger = "666"
+    dm_chat = "42"
+    group_chat = "-100"
+    measure = staticmethod(utf16_len)
+    limit = MAX_LENGTH
+
+    def __init__(self) -> None:
+        self.fake = FakeTelegram().start()
+        self._last: dict[str, Any] | None = None
+
+    def transport(self) -> Transport:
+        return TelegramTransport(self.fake.token, base_url=self.fake.url, poll_timeout=1)
+
+    def dm(self, text: str, *, sender: str | None = None) -> None:
+        user = int(sender or self.owner)
+        self._last = self.fake.push(text, chat_id=user, user_id=user)
+
+    def group(self, text: str, *, mentioned: bool) -> None:
+        self._last = self.fake.push(
+            text,
+            chat_id=int(self.group_chat),
+            user_id=int(self.owner),
+            chat_type="supergroup",
+            mention=mentioned,
+        )
+
+    def own_message(self, text: str) -> None:
+        self.fake.push(text, chat_id=int(self.dm_chat), user_id=BOT_ID, from_bot=True)
+
+    def redeliver_last(self) -> None:
+        assert self._last is not None
+        self.fake.deliver(self._last)
+
+    def drop_connection(self) -> None:
+        self.fake.drop_polls = 1
+
+    def delivered(self) -> list[Delivered]:
+        return [Delivered(chat=str(s.chat_id), text=s.text) for s in self.fake.sent]
+
+    def close(self) -> None:
+        self.fake.stop()

@@ -1,0 +1,160 @@
+"""The conformance suite, run for every adapter through its own wire-level fake."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from rousseau.agent import Request, Response
+from rousseau.agent.testing import FunctionProvider, text_reply
+from rousseau.config import load_config
+from rousseau.daemon import Daemon
+from rousseau.router import ChatPolicy
+from tests.transports.conformance import Delivered, Harness
+from tests.transports.harness_telegram import TelegramHarness
+
+pytestmark = pytest.mark.anyio
+
+HARNESSES: dict[str, Callable[[], Any]] = {"telegram": TelegramHarness}
+FENCE = re.compile(r"^(```|~~~)", re.M)
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    made = HARNESSES[request.param]()
+    yield made
+    made.close()
+
+
+def echo(request: Request) -> Response:
+    question = request.messages[-1].text
+    if "long" in question:
+        code = "\n".join(f"line_{i} = {i}" for i in range(300))
+        words = " ".join(f"w{i}" for i in range(1500))
+        return text_reply(f"{words}\n\n```python\n{code}\n```\n\nDone.")
+    return text_reply("echo: " + question)
+
+
+@asynccontextmanager
+async def daemon(harness: Harness, tmp: Path) -> AsyncIterator[tuple[Daemon, FunctionProvider]]:
+    config = load_config(
+        None,
+        {
+            "HOME": str(tmp),
+            "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
+        },
+    )
+    provider = FunctionProvider(echo)
+    transport = harness.transport()
+    d = Daemon(
+        config,
+        transports={harness.name: transport},
+        chat_policies={harness.name: ChatPolicy(allowlist=frozenset({harness.owner}))},
+        provider=provider,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(d.run)
+        with anyio.fail_after(20):
+            while not transport.connected:
+                await anyio.sleep(0.02)
+        yield d, provider
+        d.stop()
+    assert not transport.connected
+
+
+async def delivered(harness: Harness, count: int) -> list[Delivered]:
+    with anyio.fail_after(20):
+        while len(harness.delivered()) < count:
+            await anyio.sleep(0.02)
+    return harness.delivered()
+
+
+async def settle() -> None:
+    await anyio.sleep(0.5)  # time for anything wrong (an extra reply) to show up
+
+
+async def test_reply_reaches_the_chat(harness: Harness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path):
+        harness.dm("hello")
+        [reply] = await delivered(harness, 1)
+    assert reply.chat == harness.dm_chat and reply.text == "echo: hello"
+
+
+async def test_stranger_is_ignored_without_a_model_call(harness: Harness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        harness.dm("let me in", sender=harness.stranger)
+        harness.dm("hi")
+        await delivered(harness, 1)
+        await settle()
+    assert [d.chat for d in harness.delivered()] == [harness.dm_chat]
+    assert len(provider.requests) == 1
+
+
+async def test_group_needs_a_mention(harness: Harness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        harness.group("chatter", mentioned=False)
+        harness.group("a question", mentioned=True)
+        [reply] = await delivered(harness, 1)
+        await settle()
+    assert reply.chat == harness.group_chat and "a question" in reply.text
+    assert len(harness.delivered()) == 1 and len(provider.requests) == 1
+
+
+async def test_long_reply_is_split_with_nothing_lost(harness: Harness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path):
+        harness.dm("say something long")
+        await delivered(harness, 2)
+        await settle()
+    parts = [d.text for d in harness.delivered()]
+    assert all(harness.measure(p) <= harness.limit for p in parts)
+    words = [
+        w for p in parts for line in p.split("\n") if not FENCE.match(line) for w in line.split()
+    ]
+    assert words[:1500] == [f"w{i}" for i in range(1500)]
+    assert words[-1] == "Done." and len(words) == 1500 + 300 * 3 + 1
+    assert all(len(FENCE.findall(p)) % 2 == 0 for p in parts)
+
+
+async def test_duplicate_delivery_is_answered_once(harness: Harness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        harness.dm("once only")
+        harness.redeliver_last()
+        await delivered(harness, 1)
+        await settle()
+    assert len(harness.delivered()) == 1 and len(provider.requests) == 1
+
+
+async def test_own_messages_are_ignored(harness: Harness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        harness.own_message("echo: something I said")
+        harness.dm("hi")
+        await delivered(harness, 1)
+        await settle()
+    assert len(provider.requests) == 1
+
+
+async def test_survives_a_dropped_connection(harness: Harness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path):
+        harness.drop_connection()
+        await anyio.sleep(0.2)
+        harness.dm("are you still there?")
+        [reply] = await delivered(harness, 1)
+    assert reply.text == "echo: are you still there?"
+
+
+async def test_stops_cleanly(harness: Harness, tmp_path: Path) -> None:
+    with capture_logs() as logs:
+        async with daemon(harness, tmp_path):
+            harness.dm("hi")
+            await delivered(harness, 1)
+    events = [e["event"] for e in logs]
+    assert events.index("daemon.stopping") < events.index("daemon.stopped")
+    assert not [e for e in logs if e.get("log_level") == "error"]
