@@ -50,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="the daemon: every configured transport")
     run.set_defaults(func=_run, only=None)
-    telegram = sub.add_parser("telegram", help="run the Telegram transport alone")
-    telegram.set_defaults(func=_run, only="telegram")
+    for name in ("telegram", "slack"):
+        alone = sub.add_parser(name, help=f"run the {name.capitalize()} transport alone")
+        alone.set_defaults(func=_run, only=name)
 
     pair = sub.add_parser("pair", help="admit strangers who asked with a pairing code")
     psub = pair.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -72,12 +72,26 @@ def build_transports(config: Config, only: str | None = None) -> dict[str, Trans
             built[name] = TelegramTransport(
                 section.token.get_secret_value(), base_url=section.base_url
             )
+        elif name == "slack":
+            if section is None or section.app_token is None or section.bot_token is None:
+                raise ConfigError(
+                    "slack: set app_token and bot_token (or SLACK_APP_TOKEN and SLACK_BOT_TOKEN)"
+                )
+            from rousseau.transports.slack import SlackTransport
+
+            built[name] = SlackTransport(
+                section.app_token.get_secret_value(),
+                section.bot_token.get_secret_value(),
+                bot_user_id=section.bot_user_id,
+                base_url=section.base_url,
+            )
         elif only or section is not None:
             raise ConfigError(f"{name}: this transport is not available in this version yet")
     if not built:
         raise ConfigError(
-            "no transport configured: add a telegram section with its token "
-            "(or set TELEGRAM_BOT_TOKEN); see config/config.yaml"
+            "no transport configured: add a telegram or slack section with its tokens "
+            "(or set TELEGRAM_BOT_TOKEN, or SLACK_APP_TOKEN and SLACK_BOT_TOKEN); "
+            "see config/config.yaml"
         )
     return built
 

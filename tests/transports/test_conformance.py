@@ -18,11 +18,12 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.router import ChatPolicy
 from tests.transports.conformance import Delivered, Harness
+from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
 
 pytestmark = pytest.mark.anyio
 
-HARNESSES: dict[str, Callable[[], Any]] = {"telegram": TelegramHarness}
+HARNESSES: dict[str, Callable[[], Any]] = {"slack": SlackHarness, "telegram": TelegramHarness}
 FENCE = re.compile(r"^(```|~~~)", re.M)
 
 

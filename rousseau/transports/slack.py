@@ -1,0 +1,212 @@
+"""Slack through slack-bolt in Socket Mode: DMs, mentions, threads, mrkdwn.
+
+An envelope is acknowledged only after the Router has persisted its message (bolt's
+`process_before_response`), and a message is identified by channel + ts, never by the
+envelope, so Slack's retries are answered once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.agent import MissingExtraError
+from rousseau.transports.base import Inbound, InboundHandler, Outbound
+
+try:
+    from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+    from slack_bolt.async_app import AsyncApp
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.http_retry.builtin_async_handlers import (
+        AsyncConnectionErrorRetryHandler,
+        AsyncRateLimitErrorRetryHandler,
+    )
+    from slack_sdk.web.async_client import AsyncWebClient
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError("the slack transport", "slack") from exc
+
+log = structlog.get_logger("rousseau.slack")
+
+HARD_LIMIT = 40_000
+SOFT_LIMIT = 3_500  # long replies read better in several messages well before Slack's limit
+_IGNORED_SUBTYPES = frozenset(
+    {
+        "bot_message",
+        "message_changed",
+        "message_deleted",
+        "message_replied",
+        "channel_join",
+        "channel_leave",
+        "channel_topic",
+        "channel_purpose",
+        "channel_name",
+        "pinned_item",
+    }
+)
+
+
+class SlackTransport:
+    name = "slack"
+    max_length = SOFT_LIMIT
+    measure = staticmethod(len)
+
+    def __init__(
+        self,
+        app_token: str,
+        bot_token: str,
+        *,
+        bot_user_id: str | None = None,
+        base_url: str | None = None,
+    ) -> None:
+        api = (base_url or "https://slack.com/api/").rstrip("/") + "/"
+        retries = [
+            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+            AsyncConnectionErrorRetryHandler(),
+        ]
+        self.client = AsyncWebClient(token=bot_token, base_url=api, retry_handlers=retries)
+        self._socket_client = AsyncWebClient(base_url=api, retry_handlers=retries)
+        self.app_token = app_token
+        self.bot_user_id = bot_user_id
+        self._threads: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._stop = anyio.Event()
+        self._socket: AsyncSocketModeHandler | None = None
+
+    @property
+    def connected(self) -> bool:
+        client = self._socket.client if self._socket is not None else None
+        session = getattr(client, "current_session", None)
+        return session is not None and not session.closed
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._stop = anyio.Event()
+        if not self.bot_user_id:
+            self.bot_user_id = await self.check_user_id()
+        app = AsyncApp(client=self.client, process_before_response=True)
+
+        async def on_message(event: dict[str, Any]) -> None:
+            await self._on_event(event, handler, mention_event=False)
+
+        async def on_mention(event: dict[str, Any]) -> None:
+            await self._on_event(event, handler, mention_event=True)
+
+        app.event("message")(on_message)
+        app.event("app_mention")(on_mention)
+        self._socket = AsyncSocketModeHandler(app, self.app_token, web_client=self._socket_client)
+        try:
+            await self._socket.connect_async()
+        except Exception as exc:
+            raise ConnectionError(f"slack: cannot open the Socket Mode connection ({exc})") from exc
+        log.info("slack.connected", bot=self.bot_user_id)
+        task_status.started()
+        try:
+            await self._stop.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._socket.close_async()
+
+    async def check_user_id(self) -> str:
+        try:
+            auth = await self.client.auth_test()
+        except SlackApiError as exc:
+            raise ConnectionError(
+                f"slack: the bot token was rejected ({exc.response['error']})"
+            ) from exc
+        return str(auth["user_id"])
+
+    async def check(self) -> str:
+        """One harmless call (auth.test) proving the bot token works."""
+        return f"<@{await self.check_user_id()}>"
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def _on_event(
+        self, event: dict[str, Any], handler: InboundHandler, *, mention_event: bool
+    ) -> None:
+        if event.get("bot_id") or event.get("subtype") in _IGNORED_SUBTYPES:
+            return  # our own and other bots' messages, edits, deletes, channel noise
+        user = event.get("user")
+        if not user or user == self.bot_user_id:
+            return
+        channel, ts = str(event["channel"]), str(event["ts"])
+        text = str(event.get("text") or "")
+        is_dm = event.get("channel_type") == "im" or channel.startswith("D")
+        thread_ts = event.get("thread_ts")
+        handle = f"<@{self.bot_user_id}>"
+        mentioned = mention_event or handle in text
+        thread = str(thread_ts) if is_dm and thread_ts else None if is_dm else str(thread_ts or ts)
+        in_our_thread = thread is not None and (channel, thread) in self._threads
+        inbound = Inbound(
+            transport=self.name,
+            chat_id=channel,
+            sender_id=str(user),
+            message_id=f"{channel}:{ts}",
+            text=text.replace(handle, "").strip(),
+            is_group=not is_dm,
+            mentioned=mentioned or in_our_thread,
+            thread_id=thread,
+            at=float(ts),
+        )
+        await handler(inbound)
+
+    async def send(self, message: Outbound) -> None:
+        try:
+            await self.client.chat_postMessage(
+                channel=message.chat_id, text=to_mrkdwn(message.text), thread_ts=message.thread_id
+            )
+        except SlackApiError as exc:
+            raise ConnectionError(
+                f"slack: chat.postMessage failed ({exc.response['error']})"
+            ) from exc
+        if message.thread_id:
+            self._remember_thread(message.chat_id, message.thread_id)
+
+    def _remember_thread(self, channel: str, thread: str) -> None:
+        self._threads[(channel, thread)] = None
+        self._threads.move_to_end((channel, thread))
+        while len(self._threads) > 10_000:
+            self._threads.popitem(last=False)
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        """Slack offers bots no typing indicator over Socket Mode."""
+
+    async def aclose(self) -> None:
+        for client in (self.client, self._socket_client):
+            session = getattr(client, "session", None)
+            if session is not None and not session.closed:
+                await session.close()
+
+
+_CODE = re.compile(r"(```.*?```|`[^`\n]+`)", re.S)
+_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
+_ITALIC = re.compile(r"(?<![*\w])\*(?![*\s])([^*\n]+?)(?<![\s*])\*(?![*\w])")
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$", re.M)
+_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+
+
+def to_mrkdwn(text: str) -> str:
+    """The model's Markdown in Slack's mrkdwn: bold, italics, links, headings; code untouched.
+
+    Written by hand: the few rules Slack needs are shorter than a dependency.
+    """
+    out: list[str] = []
+    for i, part in enumerate(_CODE.split(text)):
+        if i % 2:
+            out.append(part)
+            continue
+        part = part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        part = _ITALIC.sub(r"_\1_", part)
+        part = _BOLD.sub(lambda m: f"*{m.group(1) or m.group(2)}*", part)
+        part = _HEADING.sub(r"*\1*", part)
+        part = _STRIKE.sub(r"~\1~", part)
+        part = _LINK.sub(r"<\2|\1>", part)
+        out.append(part)
+    return "".join(out)

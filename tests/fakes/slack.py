@@ -1,0 +1,245 @@
+"""A fake Slack on 127.0.0.1: the Web API methods a Socket Mode bot uses (auth.test,
+apps.connections.open, chat.postMessage) and the Socket Mode websocket itself (hello,
+events_api envelopes, acks, disconnect). Runs its own event loop in a thread so tests can
+drive it with plain calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from aiohttp import WSMsgType, web
+
+BOT_USER = "UBOT0001"
+BOT_ID = "BBOT0001"
+TEAM = "T0000001"
+
+
+@dataclass
+class Posted:
+    channel: str
+    text: str
+    thread_ts: str | None
+    at: float = field(default_factory=time.time)
+
+
+class FakeSlack:
+    def __init__(self, app_token: str = "xapp-1-test", bot_token: str = "xoxb-test") -> None:
+        self.app_token = app_token
+        self.bot_token = bot_token
+        self.posted: list[Posted] = []
+        self.acked: list[str] = []
+        self.connections = 0
+        self._sockets: list[web.WebSocketResponse] = []
+        self._ids = itertools.count(1)
+        self._ts = itertools.count(1)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeSlack:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            for ws in list(self._sockets):
+                await ws.close()
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    # -- what tests do --------------------------------------------------------------------
+
+    def message(
+        self,
+        text: str,
+        *,
+        user: str = "U0OWNER",
+        channel: str = "D0DM",
+        thread_ts: str | None = None,
+        bot: bool = False,
+        subtype: str | None = None,
+    ) -> dict[str, Any]:
+        """A `message` event as Slack sends it; returns the event (to send it again)."""
+        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        event: dict[str, Any] = {
+            "type": "message",
+            "channel": channel,
+            "user": BOT_USER if bot else user,
+            "text": text,
+            "ts": ts,
+            "event_ts": ts,
+            "channel_type": "im" if channel.startswith("D") else "channel",
+        }
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        if bot:
+            event["bot_id"] = BOT_ID
+        if subtype:
+            event["subtype"] = subtype
+        self.send_event(event)
+        return event
+
+    def mention(
+        self, text: str, *, user: str = "U0OWNER", channel: str = "C0GENERAL"
+    ) -> dict[str, Any]:
+        """What Slack sends for a channel message naming the bot: a message and an app_mention."""
+        event = self.message(f"<@{BOT_USER}> {text}", user=user, channel=channel)
+        mention = dict(event, type="app_mention")
+        mention.pop("channel_type")
+        self.send_event(mention)
+        return event
+
+    def send_event(
+        self, event: dict[str, Any], *, retry: int = 0, event_id: str | None = None
+    ) -> str:
+        envelope_id = f"env-{next(self._ids)}"
+        envelope = {
+            "envelope_id": envelope_id,
+            "type": "events_api",
+            "accepts_response_payload": False,
+            "retry_attempt": retry,
+            "retry_reason": "timeout" if retry else "",
+            "payload": {
+                "token": "verification-token",
+                "team_id": TEAM,
+                "api_app_id": "A0001",
+                "event": event,
+                "type": "event_callback",
+                "event_id": event_id or f"Ev{next(self._ids):08d}",
+                "event_time": int(time.time()),
+                "authorizations": [
+                    {
+                        "team_id": TEAM,
+                        "user_id": BOT_USER,
+                        "is_bot": True,
+                        "is_enterprise_install": False,
+                    }
+                ],
+            },
+        }
+        self._send(envelope)
+        return envelope_id
+
+    def disconnect(self) -> None:
+        """Slack's request to reconnect (it does this every few hours)."""
+        self._send(
+            {"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "fake"}}
+        )
+
+    def drop(self) -> None:
+        """Close the socket without a word, as a dying network does."""
+
+        async def close() -> None:
+            for ws in list(self._sockets):
+                await ws.close()
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+
+    def wait_connections(self, count: int, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while self.connections < count or not self._sockets:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"expected {count} socket connections, saw {self.connections}")
+            time.sleep(0.02)
+
+    # -- the wire -------------------------------------------------------------------------
+
+    def _send(self, frame: dict[str, Any]) -> None:
+        self.wait_connections(1)
+
+        async def send() -> None:
+            await self._sockets[-1].send_str(json.dumps(frame))
+
+        asyncio.run_coroutine_threadsafe(send(), self._loop).result(10)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/link", self._socket)
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        raw = await request.read()
+        if request.content_type == "application/json":
+            params = json.loads(raw or b"{}")
+        else:
+            params = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+            token = token or params.get("token", "")
+        if method == "apps.connections.open":
+            if token != self.app_token:
+                return web.json_response({"ok": False, "error": "invalid_auth"})
+            return web.json_response(
+                {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link?ticket=t"}
+            )
+        if token != self.bot_token:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if method == "auth.test":
+            return web.json_response(
+                {
+                    "ok": True,
+                    "user_id": BOT_USER,
+                    "bot_id": BOT_ID,
+                    "team_id": TEAM,
+                    "user": "rousseau",
+                    "team": "Test",
+                    "url": "https://test.slack.example/",
+                }
+            )
+        if method == "chat.postMessage":
+            self.posted.append(
+                Posted(
+                    channel=params["channel"],
+                    text=params["text"],
+                    thread_ts=params.get("thread_ts"),
+                )
+            )
+            ts = f"{int(time.time())}.{next(self._ts):06d}"
+            return web.json_response({"ok": True, "channel": params["channel"], "ts": ts})
+        return web.json_response({"ok": True})
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.connections += 1
+        self._sockets.append(ws)
+        await ws.send_str(
+            json.dumps({"type": "hello", "num_connections": 1, "debug_info": {"host": "fake"}})
+        )
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    data = json.loads(msg.data)
+                    if "envelope_id" in data:
+                        self.acked.append(data["envelope_id"])
+        finally:
+            self._sockets.remove(ws)
+        return ws

@@ -1,0 +1,58 @@
+"""The Slack adapter's harness for the conformance suite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rousseau.transports.base import Transport
+from rousseau.transports.slack import SOFT_LIMIT, SlackTransport
+from tests.fakes.slack import FakeSlack
+from tests.transports.conformance import Delivered
+
+
+class SlackHarness:
+    name = "slack"
+    owner = "U0OWNER"
+    stranger = "U0EVE"
+    dm_chat = "D0DM"
+    group_chat = "C0GENERAL"
+    measure = staticmethod(len)
+    limit = SOFT_LIMIT
+
+    def __init__(self) -> None:
+        self.fake = FakeSlack().start()
+        self._last: dict[str, Any] | None = None
+
+    def transport(self) -> Transport:
+        return SlackTransport(
+            self.fake.app_token, self.fake.bot_token, base_url=self.fake.url + "/api/"
+        )
+
+    def dm(self, text: str, *, sender: str | None = None) -> None:
+        user = sender or self.owner
+        channel = self.dm_chat if user == self.owner else "D0OTHER"
+        self._last = self.fake.message(text, user=user, channel=channel)
+
+    def group(self, text: str, *, mentioned: bool) -> None:
+        if mentioned:
+            self._last = self.fake.mention(text, user=self.owner, channel=self.group_chat)
+        else:
+            self._last = self.fake.message(text, user=self.owner, channel=self.group_chat)
+
+    def own_message(self, text: str) -> None:
+        self.fake.message(text, channel=self.dm_chat, bot=True)
+
+    def redeliver_last(self) -> None:
+        assert self._last is not None
+        self.fake.send_event(self._last, retry=1)
+
+    def drop_connection(self) -> None:
+        self.fake.drop()
+
+    def delivered(self) -> list[Delivered]:
+        return [
+            Delivered(chat=p.channel, text=p.text, thread=p.thread_ts) for p in self.fake.posted
+        ]
+
+    def close(self) -> None:
+        self.fake.stop()

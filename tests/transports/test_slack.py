@@ -1,0 +1,109 @@
+"""Slack specifics beyond the conformance suite: threads, acks, retries, edits, reconnects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rousseau.transports.slack import SlackTransport, to_mrkdwn
+from tests.fakes.slack import BOT_USER, FakeSlack
+from tests.transports.harness_slack import SlackHarness
+from tests.transports.test_conformance import daemon, delivered, settle
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def harness() -> Iterator[SlackHarness]:
+    made = SlackHarness()
+    yield made
+    made.close()
+
+
+async def test_channel_mention_starts_a_thread_and_the_thread_continues(
+    harness: SlackHarness, tmp_path: Path
+) -> None:
+    fake = harness.fake
+    async with daemon(harness, tmp_path) as (_, provider):
+        event = fake.mention("what's up?")
+        [first] = await delivered(harness, 1)
+        assert first.chat == "C0GENERAL" and first.thread == event["ts"]
+        # A follow-up in that thread needs no mention; one in the channel does.
+        fake.message("and also?", channel="C0GENERAL", thread_ts=event["ts"])
+        fake.message("unrelated chatter", channel="C0GENERAL")
+        second = (await delivered(harness, 2))[1]
+        await settle()
+    assert second.thread == event["ts"] and second.text == "echo: and also?"
+    assert len(harness.delivered()) == 2
+    # One session per thread: the follow-up saw the first exchange.
+    assert [m.text for m in provider.requests[1].messages] == [
+        "what's up?",
+        "echo: what's up?",
+        "and also?",
+    ]
+
+
+async def test_every_envelope_is_acknowledged_and_a_retry_answered_once(
+    harness: SlackHarness, tmp_path: Path
+) -> None:
+    fake = harness.fake
+    async with daemon(harness, tmp_path) as (_, provider):
+        event = fake.message("once please")
+        first = fake.send_event(event, retry=1)  # Slack retrying: same message, new envelope
+        await delivered(harness, 1)
+        await settle()
+    assert len(harness.delivered()) == 1 and len(provider.requests) == 1
+    assert first in fake.acked and len(fake.acked) >= 2
+
+
+async def test_edits_deletes_and_bots_are_ignored(harness: SlackHarness, tmp_path: Path) -> None:
+    fake = harness.fake
+    async with daemon(harness, tmp_path) as (_, provider):
+        fake.message("edited", subtype="message_changed")
+        fake.message("gone", subtype="message_deleted")
+        fake.message("I am another bot", user="U0OTHERBOT", bot=True)
+        fake.message("real question")
+        await delivered(harness, 1)
+        await settle()
+    assert len(provider.requests) == 1
+
+
+async def test_reconnects_after_a_disconnect_frame(harness: SlackHarness, tmp_path: Path) -> None:
+    fake = harness.fake
+    async with daemon(harness, tmp_path):
+        fake.disconnect()
+        with anyio.fail_after(15):
+            while fake.connections < 2:
+                await anyio.sleep(0.05)
+        harness.dm("still here?")
+        [reply] = await delivered(harness, 1)
+    assert reply.text == "echo: still here?"
+
+
+async def test_bot_user_is_discovered_and_a_bad_token_is_clear() -> None:
+    fake = FakeSlack().start()
+    try:
+        transport = SlackTransport(fake.app_token, fake.bot_token, base_url=fake.url + "/api/")
+        assert await transport.check() == f"<@{BOT_USER}>"
+        await transport.aclose()
+        bad = SlackTransport(fake.app_token, "xoxb-wrong", base_url=fake.url + "/api/")
+        with pytest.raises(ConnectionError, match="bot token was rejected"):
+            await bad.check()
+        await bad.aclose()
+    finally:
+        fake.stop()
+
+
+def test_markdown_becomes_mrkdwn() -> None:
+    assert to_mrkdwn("**bold** and *it* and ~~gone~~") == "*bold* and _it_ and ~gone~"
+    assert to_mrkdwn("see [the docs](https://example.org/a?b=1&c=2)") == (
+        "see <https://example.org/a?b=1&amp;c=2|the docs>"
+    )
+    assert to_mrkdwn("# Title\ntext") == "*Title*\ntext"
+    assert to_mrkdwn("a < b & c") == "a &lt; b &amp; c"
+    code = "```\nx = **not bold** < 3\n```"
+    assert to_mrkdwn(code) == code
+    assert to_mrkdwn("use `**x**` here") == "use `**x**` here"
