@@ -371,6 +371,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "TELEGRAM_BOT_TOKEN": ("telegram", "token"),
     "SLACK_APP_TOKEN": ("slack", "app_token"),
     "SLACK_BOT_TOKEN": ("slack", "bot_token"),
+    "DISCORD_TOKEN": ("discord", "token"),
     "DISCORD_BOT_TOKEN": ("discord", "token"),
     "MATRIX_ACCESS_TOKEN": ("matrix", "access_token"),
     "MATRIX_PASSWORD": ("matrix", "password"),

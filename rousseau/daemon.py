@@ -85,13 +85,23 @@ def build_transports(config: Config, only: str | None = None) -> dict[str, Trans
                 bot_user_id=section.bot_user_id,
                 base_url=section.base_url,
             )
+        elif name == "discord":
+            if section is None or section.token is None:
+                raise ConfigError("discord.token: not set; set it or DISCORD_TOKEN")
+            from rousseau.transports.discord import DiscordTransport
+
+            built[name] = DiscordTransport(
+                section.token.get_secret_value(),
+                api_base=section.api_base,
+                gateway_url=section.gateway_url,
+            )
         elif only or section is not None:
             raise ConfigError(f"{name}: this transport is not available in this version yet")
     if not built:
         raise ConfigError(
-            "no transport configured: add a telegram or slack section with its tokens "
-            "(or set TELEGRAM_BOT_TOKEN, or SLACK_APP_TOKEN and SLACK_BOT_TOKEN); "
-            "see config/config.yaml"
+            "no transport configured: add a telegram, slack or discord section with its "
+            "tokens (or set TELEGRAM_BOT_TOKEN, SLACK_APP_TOKEN and SLACK_BOT_TOKEN, or "
+            "DISCORD_TOKEN); see config/config.yaml"
         )
     return built
 

@@ -6,16 +6,16 @@ drive it with plain calls.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes.aio import AioServer
 
 BOT_USER = "UBOT0001"
 BOT_ID = "BBOT0001"
@@ -30,42 +30,20 @@ class Posted:
     at: float = field(default_factory=time.time)
 
 
-class FakeSlack:
+class FakeSlack(AioServer):
     def __init__(self, app_token: str = "xapp-1-test", bot_token: str = "xoxb-test") -> None:
+        super().__init__()
         self.app_token = app_token
         self.bot_token = bot_token
         self.posted: list[Posted] = []
         self.acked: list[str] = []
         self.connections = 0
-        self._sockets: list[web.WebSocketResponse] = []
         self._ids = itertools.count(1)
         self._ts = itertools.count(1)
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> FakeSlack:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        async def shutdown() -> None:
-            for ws in list(self._sockets):
-                await ws.close()
-            if self._runner is not None:
-                await self._runner.cleanup()
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/link", self._socket)
 
     # -- what tests do --------------------------------------------------------------------
 
@@ -146,18 +124,9 @@ class FakeSlack:
             {"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "fake"}}
         )
 
-    def drop(self) -> None:
-        """Close the socket without a word, as a dying network does."""
-
-        async def close() -> None:
-            for ws in list(self._sockets):
-                await ws.close()
-
-        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
-
     def wait_connections(self, count: int, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
-        while self.connections < count or not self._sockets:
+        while self.connections < count or not self.sockets:
             if time.monotonic() > deadline:
                 raise AssertionError(f"expected {count} socket connections, saw {self.connections}")
             time.sleep(0.02)
@@ -167,23 +136,7 @@ class FakeSlack:
     def _send(self, frame: dict[str, Any]) -> None:
         self.wait_connections(1)
 
-        async def send() -> None:
-            await self._sockets[-1].send_str(json.dumps(frame))
-
-        asyncio.run_coroutine_threadsafe(send(), self._loop).result(10)
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_post("/api/{method}", self._api)
-        app.router.add_get("/link", self._socket)
-        self._runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        self._loop.run_forever()
+        self.run(self.sockets[-1].send_str(json.dumps(frame)))
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -230,7 +183,7 @@ class FakeSlack:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self.connections += 1
-        self._sockets.append(ws)
+        self.sockets.append(ws)
         await ws.send_str(
             json.dumps({"type": "hello", "num_connections": 1, "debug_info": {"host": "fake"}})
         )
@@ -241,5 +194,5 @@ class FakeSlack:
                     if "envelope_id" in data:
                         self.acked.append(data["envelope_id"])
         finally:
-            self._sockets.remove(ws)
+            self.sockets.remove(ws)
         return ws

@@ -18,12 +18,17 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.router import ChatPolicy
 from tests.transports.conformance import Delivered, Harness
+from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
 
 pytestmark = pytest.mark.anyio
 
-HARNESSES: dict[str, Callable[[], Any]] = {"slack": SlackHarness, "telegram": TelegramHarness}
+HARNESSES: dict[str, Callable[[], Any]] = {
+    "discord": DiscordHarness,
+    "slack": SlackHarness,
+    "telegram": TelegramHarness,
+}
 FENCE = re.compile(r"^(```|~~~)", re.M)
 
 

@@ -1,0 +1,168 @@
+"""Discord through discord.py: DMs, mentions and replies in guilds, threads, typing.
+
+Heartbeats, resume and reconnect are discord.py's own. `api_base` and `gateway_url` replace
+discord.py's REST base and gateway (process-wide), for proxies and tests.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.agent import MissingExtraError
+from rousseau.transports.base import Inbound, InboundHandler, Outbound
+
+try:
+    import discord
+    import yarl
+    from discord.gateway import DiscordWebSocket
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError("the discord transport", "discord") from exc
+
+log = structlog.get_logger("rousseau.discord")
+
+MAX_LENGTH = 2000
+
+
+class DiscordTransport:
+    name = "discord"
+    max_length = MAX_LENGTH
+    measure = staticmethod(len)
+
+    def __init__(
+        self, token: str, *, api_base: str | None = None, gateway_url: str | None = None
+    ) -> None:
+        if api_base:
+            discord.http.Route.BASE = api_base.rstrip("/")
+        if gateway_url:
+            DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+        self.token = token
+        self._client: discord.Client | None = None
+        self._ready = anyio.Event()
+        self._stop = anyio.Event()
+
+    @property
+    def connected(self) -> bool:
+        c = self._client
+        return c is not None and c.is_ready() and not c.is_closed() and c.ws is not None
+
+    def _make_client(self, handler: InboundHandler) -> discord.Client:
+        intents = discord.Intents.default()
+        intents.message_content = True
+        client = discord.Client(intents=intents)
+
+        async def on_ready() -> None:
+            log.info("discord.connected", bot=str(client.user))
+            self._ready.set()
+
+        async def on_message(message: discord.Message) -> None:
+            inbound = self._normalise(client, message)
+            if inbound is not None:
+                await handler(inbound)
+
+        client.event(on_ready)
+        client.event(on_message)
+        return client
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._ready, self._stop = anyio.Event(), anyio.Event()
+        client = self._client = self._make_client(handler)
+        try:
+            await client.login(self.token)
+        except discord.LoginFailure as exc:
+            await client.close()
+            raise ConnectionError(f"discord: the bot token was rejected ({exc})") from exc
+        except (discord.HTTPException, OSError) as exc:
+            await client.close()
+            raise ConnectionError(f"discord: cannot reach the API ({exc})") from exc
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def connect() -> None:
+                    await client.connect(reconnect=True)
+                    self._stop.set()  # the client gave up or was closed
+
+                tg.start_soon(connect)
+                with anyio.fail_after(60):
+                    await self._ready.wait()
+                task_status.started()
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.close()
+
+    def _normalise(self, client: discord.Client, message: discord.Message) -> Inbound | None:
+        me = client.user
+        if me is None or message.author.bot or message.author.id == me.id:
+            return None  # our own and other bots' messages
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return None
+        is_dm = message.guild is None
+        # `mentions` lists users only: @everyone and @here never count as naming the bot.
+        mentioned = any(u.id == me.id for u in message.mentions)
+        ref = message.reference.resolved if message.reference else None
+        if isinstance(ref, discord.Message) and ref.author.id == me.id:
+            mentioned = True
+        text = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
+        return Inbound(
+            transport=self.name,
+            chat_id=str(message.channel.id),  # a thread is a channel of its own: its own session
+            sender_id=str(message.author.id),
+            message_id=str(message.id),
+            text=text,
+            is_group=not is_dm,
+            mentioned=mentioned,
+            sender_name=message.author.display_name,
+            at=message.created_at.timestamp(),
+        )
+
+    async def _channel(self, chat_id: str) -> Any:
+        assert self._client is not None, "the transport is not running"
+        channel = self._client.get_channel(int(chat_id))
+        if channel is None:
+            channel = await self._client.fetch_channel(int(chat_id))
+        return channel
+
+    async def send(self, message: Outbound) -> None:
+        channel = await self._channel(message.chat_id)
+        reference = None
+        if message.reply_to and getattr(channel, "guild", None) is not None:
+            reference = discord.MessageReference(
+                message_id=int(message.reply_to),
+                channel_id=int(message.chat_id),
+                fail_if_not_exists=False,
+            )
+        try:
+            await channel.send(
+                message.text,
+                reference=reference,
+                mention_author=False,
+                allowed_mentions=discord.AllowedMentions.none(),
+            )
+        except discord.HTTPException as exc:
+            raise ConnectionError(f"discord: sending failed ({exc})") from exc
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        channel = await self._channel(chat_id)
+        await channel.typing()
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def check(self) -> str:
+        """One harmless call (the bot's own user) proving the token works."""
+        client = discord.Client(intents=discord.Intents.none())
+        try:
+            await client.login(self.token)
+            return f"@{client.user}"
+        except discord.LoginFailure as exc:
+            raise ConnectionError(f"discord: the bot token was rejected ({exc})") from exc
+        finally:
+            await client.close()

@@ -1,0 +1,78 @@
+"""A base for fakes built on aiohttp.web: the server runs its own event loop in a thread, so
+tests drive it with plain calls whatever loop they run themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+T = TypeVar("T")
+
+
+class AioServer:
+    def __init__(self) -> None:
+        self.port = 0
+        self.sockets: list[web.WebSocketResponse] = []
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self: Any) -> Any:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the server's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
+
+    def drop(self) -> None:
+        """Close every websocket without a word, as a dying network does."""
+
+        async def close() -> None:
+            for ws in list(self.sockets):
+                await ws.close()
+
+        self.run(close())
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            for ws in list(self.sockets):
+                await ws.close()
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        self.run(shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        self.routes(app)
+        self._runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self._ready.set()
+        self._loop.run_forever()

@@ -1,0 +1,327 @@
+"""A fake Discord on 127.0.0.1: the REST calls a bot makes (users/@me, channels, messages,
+typing) and the gateway websocket (HELLO, IDENTIFY, heartbeat ACK, READY, GUILD_CREATE,
+MESSAGE_CREATE, RECONNECT, RESUME), uncompressed JSON text frames.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from tests.fakes.aio import AioServer
+
+BOT_ID = "900000000000000001"
+GUILD_ID = "800000000000000001"
+GENERAL_ID = "800000000000000010"
+OWNER_ID = "700000000000000001"
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """JSON with the bare content type: discord.py reads `application/json` literally."""
+    return web.Response(
+        body=json.dumps(body).encode(),
+        status=status,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+
+
+def _user(user_id: str, name: str, *, bot: bool = False) -> dict[str, Any]:
+    return {
+        "id": user_id,
+        "username": name,
+        "discriminator": "0",
+        "global_name": name,
+        "avatar": None,
+        "bot": bot,
+    }
+
+
+@dataclass
+class SentMessage:
+    channel_id: str
+    content: str
+    reference: str | None
+    at: float = field(default_factory=time.time)
+
+
+class FakeDiscord(AioServer):
+    def __init__(self, token: str = "discord-test-token") -> None:
+        super().__init__()
+        self.token = token
+        self.sent: list[SentMessage] = []
+        self.typing: list[str] = []
+        self.identifies = 0
+        self.resumes = 0
+        self.rate_limit_once = False
+        self._seq = itertools.count(2)
+        self._ids = itertools.count(1)
+        self._dm_channels: dict[str, str] = {}
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
+
+    @property
+    def api_base(self) -> str:
+        return self.url + "/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return self.ws_url + "/gateway"
+
+    # -- what tests do --------------------------------------------------------------------
+
+    def dm(self, text: str, *, user_id: str = OWNER_ID, bot: bool = False) -> dict[str, Any]:
+        channel = self._dm_channels.setdefault(user_id, str(600000000000000000 + int(user_id[-6:])))
+        return self.message(text, channel_id=channel, user_id=user_id, guild=False, bot=bot)
+
+    def message(
+        self,
+        text: str,
+        *,
+        channel_id: str = GENERAL_ID,
+        user_id: str = OWNER_ID,
+        guild: bool = True,
+        mention_bot: bool = False,
+        everyone: bool = False,
+        reply_to_bot: bool = False,
+        bot: bool = False,
+    ) -> dict[str, Any]:
+        """Dispatch a MESSAGE_CREATE as Discord would; returns the message (to send it again)."""
+        content = (
+            f"<@{BOT_ID}> {text}" if mention_bot else ("@everyone " + text if everyone else text)
+        )
+        data: dict[str, Any] = {
+            "id": str(100000000000000000 + next(self._ids)),
+            "channel_id": channel_id,
+            "author": _user(
+                BOT_ID if bot and user_id == BOT_ID else user_id, f"user{user_id[-3:]}", bot=bot
+            ),
+            "content": content,
+            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": everyone,
+            "mentions": [_user(BOT_ID, "rousseau", bot=True)] if mention_bot else [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 19 if reply_to_bot else 0,
+            "flags": 0,
+        }
+        if guild:
+            data["guild_id"] = GUILD_ID
+            data["member"] = {
+                "roles": [],
+                "joined_at": "2024-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+            }
+        if reply_to_bot:
+            earlier = {
+                **data,
+                "id": "100000000000000000",
+                "author": _user(BOT_ID, "rousseau", bot=True),
+                "content": "an earlier answer",
+                "type": 0,
+            }
+            earlier.pop("member", None)
+            data["referenced_message"] = earlier
+            data["message_reference"] = {"message_id": earlier["id"], "channel_id": channel_id}
+        self.dispatch("MESSAGE_CREATE", data)
+        return data
+
+    def redeliver(self, data: dict[str, Any]) -> None:
+        self.dispatch("MESSAGE_CREATE", data)
+
+    def reconnect(self) -> None:
+        """Discord asking the client to reconnect and resume (op 7)."""
+        self._send({"op": 7, "d": None})
+
+    def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        self._send({"op": 0, "t": event, "s": next(self._seq), "d": data})
+
+    def wait_ready(self, identifies: int = 1, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while self.identifies < identifies or not self.sockets:
+            if time.monotonic() > deadline:
+                raise AssertionError("the bot never identified")
+            time.sleep(0.02)
+
+    def _send(self, frame: dict[str, Any]) -> None:
+        self.wait_ready()
+        self.run(self.sockets[-1].send_str(json.dumps(frame)))
+
+    # -- REST -----------------------------------------------------------------------------
+
+    async def _rest(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bot {self.token}":
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        path = request.match_info["path"]
+        if path == "users/@me":
+            return _json(_user(BOT_ID, "rousseau", bot=True))
+        if path == "oauth2/applications/@me":
+            return _json(
+                {
+                    "id": BOT_ID,
+                    "name": "rousseau",
+                    "icon": None,
+                    "description": "",
+                    "bot_public": False,
+                    "bot_require_code_grant": False,
+                    "owner": _user(OWNER_ID, "owner"),
+                    "team": None,
+                    "verify_key": "0" * 64,
+                    "flags": 0,
+                    "summary": "",
+                }
+            )
+        if path in ("gateway", "gateway/bot"):
+            return _json(
+                {
+                    "url": self.gateway_url,
+                    "shards": 1,
+                    "session_start_limit": {
+                        "total": 1000,
+                        "remaining": 999,
+                        "reset_after": 0,
+                        "max_concurrency": 1,
+                    },
+                }
+            )
+        parts = path.split("/")
+        if parts[0] == "channels" and len(parts) == 3 and parts[2] == "typing":
+            self.typing.append(parts[1])
+            return web.Response(status=204)
+        if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages":
+            if self.rate_limit_once:
+                self.rate_limit_once = False
+                return _json(
+                    {"message": "You are being rate limited.", "retry_after": 0.3, "global": False},
+                    status=429,
+                    headers={"Retry-After": "0.3", "X-RateLimit-Scope": "user"},
+                )
+            body = await request.json()
+            ref = (body.get("message_reference") or {}).get("message_id")
+            ref = str(ref) if ref is not None else None
+            self.sent.append(
+                SentMessage(channel_id=parts[1], content=body["content"], reference=ref)
+            )
+            return _json(
+                {
+                    "id": str(200000000000000000 + next(self._ids)),
+                    "channel_id": parts[1],
+                    "author": _user(BOT_ID, "rousseau", bot=True),
+                    "content": body["content"],
+                    "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+                    "edited_timestamp": None,
+                    "tts": False,
+                    "mention_everyone": False,
+                    "mentions": [],
+                    "mention_roles": [],
+                    "attachments": [],
+                    "embeds": [],
+                    "pinned": False,
+                    "type": 0,
+                    "flags": 0,
+                }
+            )
+        if parts[0] == "channels" and len(parts) == 2:
+            if parts[1] == GENERAL_ID:
+                return _json(self._text_channel())
+            owner = next((u for u, c in self._dm_channels.items() if c == parts[1]), OWNER_ID)
+            return _json({"id": parts[1], "type": 1, "recipients": [_user(owner, "owner")]})
+        return _json({"message": "404: Not Found", "code": 0}, status=404)
+
+    def _text_channel(self) -> dict[str, Any]:
+        return {
+            "id": GENERAL_ID,
+            "type": 0,
+            "guild_id": GUILD_ID,
+            "name": "general",
+            "position": 0,
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+        }
+
+    # -- gateway --------------------------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.sockets.append(ws)
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}}))
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                frame = json.loads(msg.data)
+                op = frame.get("op")
+                if op == 1:
+                    await ws.send_str(json.dumps({"op": 11}))
+                elif op == 2:
+                    await self._identify(ws, frame["d"])
+                elif op == 6:
+                    self.resumes += 1
+                    await ws.send_str(
+                        json.dumps({"op": 0, "t": "RESUMED", "s": next(self._seq), "d": {}})
+                    )
+        finally:
+            self.sockets.remove(ws)
+        return ws
+
+    async def _identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
+        if data.get("token") != self.token:
+            await ws.close(code=4004, message=b"Authentication failed.")
+            return
+        ready = {
+            "v": 10,
+            "user": _user(BOT_ID, "rousseau", bot=True),
+            "guilds": [{"id": GUILD_ID, "unavailable": True}],
+            "session_id": "fake-session",
+            "resume_gateway_url": self.gateway_url,
+            "application": {"id": BOT_ID, "flags": 0},
+        }
+        await ws.send_str(json.dumps({"op": 0, "t": "READY", "s": 1, "d": ready}))
+        guild = {
+            "id": GUILD_ID,
+            "name": "Test Guild",
+            "owner_id": OWNER_ID,
+            "unavailable": False,
+            "member_count": 2,
+            "roles": [
+                {
+                    "id": GUILD_ID,
+                    "name": "@everyone",
+                    "permissions": "68608",
+                    "position": 0,
+                    "color": 0,
+                    "hoist": False,
+                    "managed": False,
+                    "mentionable": False,
+                    "flags": 0,
+                }
+            ],
+            "channels": [self._text_channel()],
+            "members": [],
+            "threads": [],
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "voice_states": [],
+            "presences": [],
+            "joined_at": "2024-01-01T00:00:00+00:00",
+            "large": False,
+        }
+        await ws.send_str(
+            json.dumps({"op": 0, "t": "GUILD_CREATE", "s": next(self._seq), "d": guild})
+        )
+        self.identifies += 1

@@ -1,0 +1,72 @@
+"""Discord specifics beyond the conformance suite: mentions, replies, resume, rate limits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rousseau.transports.discord import DiscordTransport
+from tests.fakes.discord import GENERAL_ID, FakeDiscord
+from tests.transports.harness_discord import DiscordHarness
+from tests.transports.test_conformance import daemon, delivered, settle
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def harness() -> Iterator[DiscordHarness]:
+    made = DiscordHarness()
+    yield made
+    made.close()
+
+
+async def test_everyone_is_not_a_mention_but_a_reply_to_the_bot_is(
+    harness: DiscordHarness, tmp_path: Path
+) -> None:
+    fake = harness.fake
+    async with daemon(harness, tmp_path) as (_, provider):
+        fake.message("meeting at noon", everyone=True)
+        asked = fake.message("and what about me?", reply_to_bot=True)
+        [reply] = await delivered(harness, 1)
+        await settle()
+    assert len(provider.requests) == 1
+    assert reply.chat == GENERAL_ID and reply.text.endswith("and what about me?")
+    # In a guild the answer is a reply to the question, and pings nobody.
+    assert fake.sent[0].reference == asked["id"]
+
+
+async def test_reconnect_request_resumes_and_keeps_serving(
+    harness: DiscordHarness, tmp_path: Path
+) -> None:
+    fake = harness.fake
+    async with daemon(harness, tmp_path):
+        fake.reconnect()
+        with anyio.fail_after(15):
+            while fake.resumes < 1:
+                await anyio.sleep(0.05)
+        harness.dm("still there?")
+        [reply] = await delivered(harness, 1)
+    assert reply.text == "echo: still there?" and fake.identifies == 1
+
+
+async def test_rate_limit_on_send_is_honoured(harness: DiscordHarness, tmp_path: Path) -> None:
+    harness.fake.rate_limit_once = True
+    async with daemon(harness, tmp_path):
+        harness.dm("hello")
+        [reply] = await delivered(harness, 1)
+    assert reply.text == "echo: hello"
+
+
+async def test_bad_token_is_a_clear_error() -> None:
+    fake = FakeDiscord().start()
+    try:
+        good = DiscordTransport(fake.token, api_base=fake.api_base, gateway_url=fake.gateway_url)
+        assert await good.check() == "@rousseau"
+        bad = DiscordTransport("wrong", api_base=fake.api_base, gateway_url=fake.gateway_url)
+        with pytest.raises(ConnectionError, match="bot token was rejected"):
+            await bad.check()
+    finally:
+        fake.stop()
