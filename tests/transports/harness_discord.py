@@ -52,5 +52,8 @@ class DiscordHarness:
     def delivered(self) -> list[Delivered]:
         return [Delivered(chat=m.channel_id, text=m.content) for m in self.fake.sent]
 
+    def typing_shown(self) -> bool:
+        return self.dm_chat in self.fake.typing
+
     def close(self) -> None:
         self.fake.stop()

@@ -53,5 +53,8 @@ class TelegramHarness:
     def delivered(self) -> list[Delivered]:
         return [Delivered(chat=str(s.chat_id), text=s.text) for s in self.fake.sent]
 
+    def typing_shown(self) -> bool:
+        return (int(self.dm_chat), "typing") in self.fake.actions
+
     def close(self) -> None:
         self.fake.stop()

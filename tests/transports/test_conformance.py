@@ -39,8 +39,10 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     made.close()
 
 
-def echo(request: Request) -> Response:
+async def echo(request: Request) -> Response:
     question = request.messages[-1].text
+    if "slow" in question:
+        await anyio.sleep(1.5)
     if "long" in question:
         code = "\n".join(f"line_{i} = {i}" for i in range(300))
         words = " ".join(f"w{i}" for i in range(1500))
@@ -164,3 +166,14 @@ async def test_stops_cleanly(harness: Harness, tmp_path: Path) -> None:
     events = [e["event"] for e in logs]
     assert events.index("daemon.stopping") < events.index("daemon.stopped")
     assert not [e for e in logs if e.get("log_level") == "error"]
+
+
+async def test_typing_is_shown_while_a_slow_reply_is_written(
+    harness: Harness, tmp_path: Path
+) -> None:
+    if not hasattr(harness, "typing_shown"):
+        pytest.skip(f"{harness.name} offers bots no typing indicator")
+    async with daemon(harness, tmp_path):
+        harness.dm("slow one please")
+        await delivered(harness, 1)
+    assert harness.typing_shown()  # type: ignore[attr-defined]

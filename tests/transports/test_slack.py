@@ -107,3 +107,46 @@ def test_markdown_becomes_mrkdwn() -> None:
     code = "```\nx = **not bold** < 3\n```"
     assert to_mrkdwn(code) == code
     assert to_mrkdwn("use `**x**` here") == "use `**x**` here"
+
+
+async def test_envelope_is_acknowledged_only_after_the_message_is_persisted() -> None:
+    from rousseau.transports.base import Inbound
+
+    fake = FakeSlack().start()
+    transport = SlackTransport(fake.app_token, fake.bot_token, base_url=fake.url + "/api/")
+    persisted = anyio.Event()
+    seen: list[Inbound] = []
+
+    async def slow_store(inbound: Inbound) -> None:
+        seen.append(inbound)
+        await persisted.wait()  # the Router has not committed it yet
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(transport.run, slow_store)
+            envelope = await anyio.to_thread.run_sync(
+                lambda: fake.send_event(
+                    {
+                        "type": "message",
+                        "channel": "D0DM",
+                        "user": "U0OWNER",
+                        "text": "hi",
+                        "ts": "1.000001",
+                        "channel_type": "im",
+                    }
+                )
+            )
+            with anyio.fail_after(10):
+                while not seen:
+                    await anyio.sleep(0.02)
+            await anyio.sleep(0.3)
+            assert envelope not in fake.acked
+            persisted.set()
+            with anyio.fail_after(10):
+                while envelope not in fake.acked:
+                    await anyio.sleep(0.02)
+            await transport.stop()
+    finally:
+        await transport.aclose()
+        fake.stop()
+    assert seen[0].message_id == "D0DM:1.000001"
