@@ -95,6 +95,14 @@ def build_transports(config: Config, only: str | None = None) -> dict[str, Trans
                 api_base=section.api_base,
                 gateway_url=section.gateway_url,
             )
+        elif name == "signal":
+            if section is None or not section.account:
+                raise ConfigError("signal.account: not set (the bot's number, e.g. +15551234567)")
+            from rousseau.transports.signal import SignalTransport
+
+            built[name] = SignalTransport(
+                section.account, binary=section.binary, extra_args=section.extra_args
+            )
         elif only or section is not None:
             raise ConfigError(f"{name}: this transport is not available in this version yet")
     if not built:

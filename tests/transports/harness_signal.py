@@ -1,0 +1,122 @@
+"""The Signal adapter's harness: the real JSON-RPC protocol against a fake signal-cli."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import stat
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rousseau.transports.base import Transport
+from rousseau.transports.signal import GROUP_PREFIX, MAX_LENGTH, SignalTransport
+from tests.transports.conformance import Delivered
+
+FAKE = Path(__file__).parent.parent / "fakes" / "signal_cli.py"
+ACCOUNT = "+15550000000"
+GROUP = "Z3JvdXAtb25l"
+
+
+class SignalHarness:
+    name = "signal"
+    owner = "+15551230001"
+    stranger = "+15556660666"
+    dm_chat = owner
+    group_chat = f"{GROUP_PREFIX}{GROUP}"
+    measure = staticmethod(len)
+    limit = MAX_LENGTH
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="signal-"))
+        self.binary = self.dir / "signal-cli"
+        script = f"import runpy\nrunpy.run_path({str(FAKE)!r}, run_name='__main__')\n"
+        self.binary.write_text(f"#!{sys.executable}\n{script}")
+        self.binary.chmod(self.binary.stat().st_mode | stat.S_IXUSR)
+        self.control = str(self.dir / "control.sock")
+        self.log = self.dir / "requests.jsonl"
+        os.environ["FAKE_SIGNAL_CONTROL"] = self.control
+        os.environ["FAKE_SIGNAL_LOG"] = str(self.log)
+        self._clock = itertools.count(int(time.time() * 1000))
+        self._last: dict[str, Any] | None = None
+
+    def transport(self) -> Transport:
+        return SignalTransport(ACCOUNT, binary=str(self.binary))
+
+    def _inject(self, command: dict[str, Any]) -> None:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.connect(self.control)
+                    sock.sendall((json.dumps(command) + "\n").encode())
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)  # signal-cli is being restarted
+
+    def envelope(
+        self, text: str, *, source: str, group: bool = False, mentioned: bool = False
+    ) -> dict[str, Any]:
+        ts = next(self._clock)
+        data: dict[str, Any] = {"timestamp": ts, "message": text, "expiresInSeconds": 0}
+        if group:
+            data["groupInfo"] = {"groupId": GROUP, "type": "DELIVER"}
+        if mentioned:
+            data["message"] = "\ufffc " + text
+            data["mentions"] = [{"name": ACCOUNT, "number": ACCOUNT, "start": 0, "length": 1}]
+        return {
+            "envelope": {
+                "source": source,
+                "sourceNumber": source,
+                "sourceName": "Ann",
+                "sourceDevice": 1,
+                "timestamp": ts,
+                "dataMessage": data,
+            },
+            "account": ACCOUNT,
+        }
+
+    def dm(self, text: str, *, sender: str | None = None) -> None:
+        self._last = self.envelope(text, source=sender or self.owner)
+        self._inject(self._last)
+
+    def group(self, text: str, *, mentioned: bool) -> None:
+        self._last = self.envelope(text, source=self.owner, group=True, mentioned=mentioned)
+        self._inject(self._last)
+
+    def own_message(self, text: str) -> None:
+        self._inject(self.envelope(text, source=ACCOUNT))
+
+    def redeliver_last(self) -> None:
+        assert self._last is not None
+        self._inject(self._last)
+
+    def drop_connection(self) -> None:
+        self._inject({"exit": 1})
+
+    def requests(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def delivered(self) -> list[Delivered]:
+        out = []
+        for r in self.requests():
+            if r["method"] != "send":
+                continue
+            p = r["params"]
+            chat = f"{GROUP_PREFIX}{p['groupId']}" if "groupId" in p else p["recipient"][0]
+            out.append(Delivered(chat=chat, text=p["message"]))
+        return out
+
+    def typing_shown(self) -> bool:
+        return any(r["method"] == "sendTyping" for r in self.requests())
+
+    def close(self) -> None:
+        pass
