@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="the daemon: every configured transport")
     run.set_defaults(func=_run, only=None)
-    for name in ("telegram", "slack", "discord", "signal"):
+    for name in ("telegram", "slack", "discord", "signal", "matrix"):
         alone = sub.add_parser(name, help=f"run the {name.capitalize()} transport alone")
         alone.set_defaults(func=_run, only=name)
 

@@ -267,6 +267,8 @@ class MatrixConfig(TransportConfig):
     access_token: SecretStr | None = None
     password: SecretStr | None = None
     user_id: str | None = None
+    device_id: str | None = None
+    msgtype: Literal["m.text", "m.notice"] = "m.text"
 
 
 class WhatsAppConfig(TransportConfig):

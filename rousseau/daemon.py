@@ -13,6 +13,7 @@ import random
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -26,6 +27,7 @@ from rousseau.metrics import Metrics
 from rousseau.providers import build_provider, detect_provider
 from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
+from rousseau.state.daemon_state import TransportState
 from rousseau.transports.base import Transport
 
 log = structlog.get_logger("rousseau.daemon")
@@ -58,60 +60,99 @@ def parse_rate(rate: str) -> tuple[int, float]:
     return int(count), parse_duration(period if period[:1].isdigit() else f"1{period}")
 
 
+def _telegram(section: Any) -> Transport:
+    if section is None or section.token is None:
+        raise ConfigError("telegram.token: not set; set it or TELEGRAM_BOT_TOKEN")
+    from rousseau.transports.telegram import TelegramTransport
+
+    return TelegramTransport(section.token.get_secret_value(), base_url=section.base_url)
+
+
+def _slack(section: Any) -> Transport:
+    if section is None or section.app_token is None or section.bot_token is None:
+        raise ConfigError(
+            "slack: set app_token and bot_token (or SLACK_APP_TOKEN and SLACK_BOT_TOKEN)"
+        )
+    from rousseau.transports.slack import SlackTransport
+
+    return SlackTransport(
+        section.app_token.get_secret_value(),
+        section.bot_token.get_secret_value(),
+        bot_user_id=section.bot_user_id,
+        base_url=section.base_url,
+    )
+
+
+def _discord(section: Any) -> Transport:
+    if section is None or section.token is None:
+        raise ConfigError("discord.token: not set; set it or DISCORD_TOKEN")
+    from rousseau.transports.discord import DiscordTransport
+
+    return DiscordTransport(
+        section.token.get_secret_value(), api_base=section.api_base, gateway_url=section.gateway_url
+    )
+
+
+def _signal(section: Any) -> Transport:
+    if section is None or not section.account:
+        raise ConfigError("signal.account: not set (the bot's number, e.g. +15551234567)")
+    from rousseau.transports.signal import SignalTransport
+
+    return SignalTransport(section.account, binary=section.binary, extra_args=section.extra_args)
+
+
+def _matrix(section: Any) -> Transport:
+    if section is None or not section.homeserver_url or not section.user_id:
+        raise ConfigError("matrix: set homeserver_url and user_id")
+    if section.access_token is None and section.password is None:
+        raise ConfigError("matrix: set access_token or password (or MATRIX_ACCESS_TOKEN)")
+    from rousseau.transports.matrix import MatrixTransport
+
+    allowed = frozenset(section.allowlist)
+    is_open = section.policy == "open"
+
+    def may_invite(sender: str) -> bool:
+        return is_open or sender in allowed
+
+    return MatrixTransport(
+        section.homeserver_url,
+        section.user_id,
+        access_token=_secret(section.access_token),
+        password=_secret(section.password),
+        device_id=section.device_id,
+        msgtype=section.msgtype,
+        may_invite=may_invite,
+    )
+
+
+_BUILDERS: dict[str, Callable[[Any], Transport]] = {
+    "telegram": _telegram,
+    "slack": _slack,
+    "discord": _discord,
+    "signal": _signal,
+    "matrix": _matrix,
+}
+
+
 def build_transports(config: Config, only: str | None = None) -> dict[str, Transport]:
     """The configured transports (a section with its credentials), each imported on demand."""
     names = [only] if only else [n for n in TRANSPORTS if getattr(config, n) is not None]
     built: dict[str, Transport] = {}
     for name in names:
-        section = getattr(config, name, None)
-        if name == "telegram":
-            if section is None or section.token is None:
-                raise ConfigError("telegram.token: not set; set it or TELEGRAM_BOT_TOKEN")
-            from rousseau.transports.telegram import TelegramTransport
-
-            built[name] = TelegramTransport(
-                section.token.get_secret_value(), base_url=section.base_url
-            )
-        elif name == "slack":
-            if section is None or section.app_token is None or section.bot_token is None:
-                raise ConfigError(
-                    "slack: set app_token and bot_token (or SLACK_APP_TOKEN and SLACK_BOT_TOKEN)"
-                )
-            from rousseau.transports.slack import SlackTransport
-
-            built[name] = SlackTransport(
-                section.app_token.get_secret_value(),
-                section.bot_token.get_secret_value(),
-                bot_user_id=section.bot_user_id,
-                base_url=section.base_url,
-            )
-        elif name == "discord":
-            if section is None or section.token is None:
-                raise ConfigError("discord.token: not set; set it or DISCORD_TOKEN")
-            from rousseau.transports.discord import DiscordTransport
-
-            built[name] = DiscordTransport(
-                section.token.get_secret_value(),
-                api_base=section.api_base,
-                gateway_url=section.gateway_url,
-            )
-        elif name == "signal":
-            if section is None or not section.account:
-                raise ConfigError("signal.account: not set (the bot's number, e.g. +15551234567)")
-            from rousseau.transports.signal import SignalTransport
-
-            built[name] = SignalTransport(
-                section.account, binary=section.binary, extra_args=section.extra_args
-            )
-        elif only or section is not None:
+        builder = _BUILDERS.get(name)
+        if builder is None:
             raise ConfigError(f"{name}: this transport is not available in this version yet")
+        built[name] = builder(getattr(config, name, None))
     if not built:
         raise ConfigError(
-            "no transport configured: add a telegram, slack or discord section with its "
-            "tokens (or set TELEGRAM_BOT_TOKEN, SLACK_APP_TOKEN and SLACK_BOT_TOKEN, or "
-            "DISCORD_TOKEN); see config/config.yaml"
+            "no transport configured: add a section for telegram, slack, discord, signal or "
+            "matrix with its credentials (or set TELEGRAM_BOT_TOKEN, ...); see config/config.yaml"
         )
     return built
+
+
+def _secret(value: Any) -> str | None:
+    return value.get_secret_value() if value is not None else None
 
 
 def policies(config: Config) -> dict[str, ChatPolicy]:
@@ -150,6 +191,10 @@ class Daemon:
     async def run(self) -> int:
         config = self.config
         store = Store(config.state.path)
+        for name, transport in self.transports.items():
+            bind = getattr(transport, "bind_state", None)
+            if bind is not None:
+                bind(TransportState(store, name))
         if self.provider is not None:
             provider, name, why = self.provider, self.provider.name, "given by the caller"
         else:

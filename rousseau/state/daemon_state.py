@@ -300,3 +300,31 @@ class DaemonState:
             )
 
         return self.store.call_sync(op, write=True)
+
+
+class TransportState:
+    """A transport's own key-value state in the store (matrix: session token, sync position)."""
+
+    def __init__(self, store: Store, transport: str) -> None:
+        self.store = store
+        self.transport = transport
+
+    async def get(self, key: str) -> str | None:
+        def op(db: sqlite3.Connection) -> str | None:
+            row = db.execute(
+                "SELECT value FROM transport_state WHERE transport = ? AND key = ?",
+                (self.transport, key),
+            ).fetchone()
+            return None if row is None or row[0] == "" else str(row[0])
+
+        return await self.store.call(op)
+
+    async def set(self, key: str, value: str) -> None:
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO transport_state (transport, key, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
+                (self.transport, key, value),
+            )
+
+        await self.store.call(op, write=True)

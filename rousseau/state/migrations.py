@@ -116,6 +116,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        4,
+        "small durable state per transport (login tokens, sync positions)",
+        (
+            """CREATE TABLE transport_state (
+                transport TEXT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                PRIMARY KEY (transport, key)
+            )""",
+        ),
+    ),
 )
 
 

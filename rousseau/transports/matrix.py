@@ -1,0 +1,247 @@
+"""Matrix through matrix-nio: token or password login kept across restarts, sync resumed from
+its persisted `since` token (a restart never replays history), invites from allowed users
+joined, DMs answered and rooms when mentioned, replies with Markdown rendered to HTML.
+
+End-to-end encrypted rooms are not supported (matrix-nio's E2EE needs libolm).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.agent import MissingExtraError
+from rousseau.transports.base import Inbound, InboundHandler, Outbound
+
+try:
+    import markdown
+    import nio
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError("the matrix transport", "matrix") from exc
+
+log = structlog.get_logger("rousseau.matrix")
+
+MAX_LENGTH = 16_000  # Matrix events may be 64 KiB; replies stay readable well below that
+SYNC_TIMEOUT_MS = 30_000
+
+
+class KeyValue(Protocol):
+    """Small durable state for a transport (the daemon's store provides it)."""
+
+    async def get(self, key: str) -> str | None: ...
+
+    async def set(self, key: str, value: str) -> None: ...
+
+
+class _MemoryKV:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    async def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    async def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class MatrixTransport:
+    name = "matrix"
+    max_length = MAX_LENGTH
+    measure = staticmethod(len)
+
+    def __init__(
+        self,
+        homeserver_url: str,
+        user_id: str,
+        *,
+        access_token: str | None = None,
+        password: str | None = None,
+        device_id: str | None = None,
+        msgtype: str = "m.text",
+        may_invite: Callable[[str], bool] = lambda sender: False,
+    ) -> None:
+        if not access_token and not password:
+            raise ValueError("matrix needs access_token or password")
+        self.homeserver_url = homeserver_url.rstrip("/")
+        self.user_id = user_id
+        self.access_token = access_token
+        self.password = password
+        self.device_id = device_id
+        self.msgtype = msgtype
+        self.may_invite = may_invite
+        self.state: KeyValue = _MemoryKV()
+        self._client: nio.AsyncClient | None = None
+        self._stop = anyio.Event()
+        self._connected = False
+        self._display_name = ""
+
+    def bind_state(self, state: KeyValue) -> None:
+        """Where the session token and the sync position are kept across restarts."""
+        self.state = state
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def _login(self, client: nio.AsyncClient) -> None:
+        saved = await self.state.get("session")
+        if self.access_token:
+            client.access_token = self.access_token
+            client.user_id = self.user_id
+            client.device_id = self.device_id or ""
+        elif saved:
+            session = json.loads(saved)
+            client.access_token = session["access_token"]
+            client.user_id = session["user_id"]
+            client.device_id = session["device_id"]
+        else:
+            reply = await client.login(password=self.password, device_name="rousseau")
+            if not isinstance(reply, nio.LoginResponse):
+                raise ConnectionError(f"matrix: login failed ({reply.message})")
+            await self.state.set(
+                "session",
+                json.dumps(
+                    {
+                        "access_token": reply.access_token,
+                        "user_id": reply.user_id,
+                        "device_id": reply.device_id,
+                    }
+                ),
+            )
+        who = await client.whoami()
+        if not isinstance(who, nio.WhoamiResponse):
+            if saved and not self.access_token:
+                await self.state.set("session", "")  # a revoked saved token: log in afresh
+            raise ConnectionError(f"matrix: the access token was rejected ({who.message})")
+        name = await client.get_displayname(self.user_id)
+        self._display_name = getattr(name, "displayname", None) or ""
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._stop = anyio.Event()
+        client = self._client = nio.AsyncClient(self.homeserver_url, self.user_id)
+        try:
+            await self._login(client)
+            since = await self.state.get("since")
+            if not since:
+                # First start: take the current position; history before it is not answered.
+                first = await client.sync(timeout=0, full_state=True)
+                if not isinstance(first, nio.SyncResponse):
+                    raise ConnectionError(f"matrix: sync failed ({first.message})")
+                await self._invites(client, first)
+                since = first.next_batch
+                await self.state.set("since", since)
+            self._connected = True
+            log.info("matrix.connected", user=self.user_id)
+            task_status.started()
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                while not self._stop.is_set():
+                    reply = await client.sync(timeout=SYNC_TIMEOUT_MS, since=since)
+                    if not isinstance(reply, nio.SyncResponse):
+                        raise ConnectionError(f"matrix: sync failed ({reply.message})")
+                    await self._invites(client, reply)
+                    await self._messages(client, reply, handler)
+                    since = reply.next_batch
+                    await self.state.set("since", since)  # only after every event was taken
+        except (nio.exceptions.ProtocolError, OSError) as exc:
+            raise ConnectionError(f"matrix: {exc}") from exc
+        finally:
+            self._connected = False
+            with anyio.CancelScope(shield=True):
+                await client.close()
+
+    async def _invites(self, client: nio.AsyncClient, reply: nio.SyncResponse) -> None:
+        for room_id, info in reply.rooms.invite.items():
+            inviter = next(
+                (
+                    e.sender
+                    for e in info.invite_state
+                    if isinstance(e, nio.InviteMemberEvent) and e.state_key == self.user_id
+                ),
+                None,
+            )
+            if inviter and self.may_invite(inviter):
+                joined = await client.join(room_id)
+                log.info(
+                    "matrix.joined",
+                    room=room_id,
+                    inviter=inviter,
+                    ok=isinstance(joined, nio.JoinResponse),
+                )
+            else:
+                log.info("matrix.invite_ignored", room=room_id, inviter=inviter)
+
+    async def _messages(
+        self, client: nio.AsyncClient, reply: nio.SyncResponse, handler: InboundHandler
+    ) -> None:
+        for room_id, info in reply.rooms.join.items():
+            room = client.rooms.get(room_id)
+            for event in info.timeline.events:
+                if not isinstance(event, nio.RoomMessageText) or event.sender == self.user_id:
+                    continue
+                content = event.source.get("content", {})
+                if "m.new_content" in content:
+                    continue  # an edit
+                members = room.joined_count if room is not None else 0
+                is_dm = members <= 2
+                await handler(
+                    Inbound(
+                        transport=self.name,
+                        chat_id=room_id,
+                        sender_id=event.sender,
+                        message_id=event.event_id,
+                        text=event.body,
+                        is_group=not is_dm,
+                        mentioned=self._mentions_me(event.body, content),
+                        sender_name=room.user_name(event.sender) or "" if room else "",
+                        at=event.server_timestamp / 1000,
+                    )
+                )
+
+    def _mentions_me(self, body: str, content: dict[str, Any]) -> bool:
+        if self.user_id in (content.get("m.mentions") or {}).get("user_ids", []):
+            return True
+        lowered = body.lower()
+        localpart = self.user_id.split(":")[0].lstrip("@").lower()
+        names = [self.user_id.lower(), localpart]
+        if self._display_name:
+            names.append(self._display_name.lower())
+        return any(n and n in lowered for n in names)
+
+    async def send(self, message: Outbound) -> None:
+        assert self._client is not None, "the transport is not running"
+        content = {
+            "msgtype": self.msgtype,
+            "body": message.text,
+            "format": "org.matrix.custom.html",
+            "formatted_body": markdown.markdown(message.text, extensions=["fenced_code"]),
+        }
+        reply = await self._client.room_send(message.chat_id, "m.room.message", content)
+        if not isinstance(reply, nio.RoomSendResponse):
+            raise ConnectionError(f"matrix: sending failed ({reply.message})")
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        if self._client is not None:
+            await self._client.room_typing(chat_id, True, timeout=10_000)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        scope = getattr(self, "_scope", None)
+        if scope is not None:
+            scope.cancel()
+
+    async def check(self) -> str:
+        """whoami with the configured credentials: proves the homeserver and the login."""
+        client = nio.AsyncClient(self.homeserver_url, self.user_id)
+        try:
+            await self._login(client)
+            return self.user_id
+        finally:
+            await client.close()

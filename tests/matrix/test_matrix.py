@@ -1,0 +1,155 @@
+"""Matrix end to end against a real Synapse homeserver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import secrets
+import urllib.parse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rousseau.agent import Request, Response
+from rousseau.agent.testing import FunctionProvider, text_reply
+from rousseau.config import load_config
+from rousseau.daemon import Daemon, build_transports
+from tests.matrix.synapse import Synapse
+
+pytestmark = pytest.mark.anyio
+
+
+def echo(request: Request) -> Response:
+    return text_reply("echo: " + request.messages[-1].text)
+
+
+class People:
+    def __init__(self, synapse: Synapse) -> None:
+        tag = secrets.token_hex(3)
+        self.synapse = synapse
+        self.alice = synapse.register(f"alice{tag}")
+        self.bob = synapse.register(f"bob{tag}")
+        self.bot_name = f"bot{tag}"
+        self.bot_password = "bot-password-123"
+        self.bot = synapse.register(self.bot_name, self.bot_password)
+        self.bot_id = self.bot["user_id"]
+
+    def say(
+        self, who: dict[str, Any], room: str, body: str, mentions: list[str] | None = None
+    ) -> str:
+        content: dict[str, Any] = {"msgtype": "m.text", "body": body}
+        if mentions is not None:
+            content["m.mentions"] = {"user_ids": mentions}
+        txn = secrets.token_hex(8)
+        path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/send/m.room.message/{txn}"
+        return str(self.synapse.call("PUT", path, content, token=who["access_token"])["event_id"])
+
+    def bot_messages(self, room: str) -> list[str]:
+        path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/messages?dir=b&limit=100"
+        chunk = self.synapse.call("GET", path, token=self.alice["access_token"])["chunk"]
+        return [
+            e["content"]["body"]
+            for e in reversed(chunk)
+            if e["type"] == "m.room.message" and e["sender"] == self.bot_id
+        ]
+
+    def members(self, room: str, who: dict[str, Any] | None = None) -> set[str]:
+        path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/joined_members"
+        token = (who or self.alice)["access_token"]
+        return set(self.synapse.call("GET", path, token=token)["joined"])
+
+    def devices(self) -> int:
+        found = self.synapse.call(
+            "GET", "/_matrix/client/v3/devices", token=self.bot["access_token"]
+        )
+        return len(found["devices"])
+
+
+@asynccontextmanager
+async def running(synapse: Synapse, people: People, tmp: Path) -> AsyncIterator[None]:
+    config = load_config(
+        None,
+        {
+            "HOME": str(tmp),
+            "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
+            "ROUSSEAU_MATRIX_HOMESERVER_URL": synapse.url,
+            "ROUSSEAU_MATRIX_USER_ID": people.bot_id,
+            "MATRIX_PASSWORD": people.bot_password,
+            "ROUSSEAU_MATRIX_ALLOWLIST": people.alice["user_id"],
+        },
+    )
+    transports = build_transports(config)
+    daemon = Daemon(config, transports=transports, provider=FunctionProvider(echo))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(30):
+            while not transports["matrix"].connected:
+                await anyio.sleep(0.05)
+        yield
+        daemon.stop()
+
+
+async def wait_for(check: Any) -> None:
+    with anyio.fail_after(20):
+        while not await anyio.to_thread.run_sync(check):
+            await anyio.sleep(0.1)
+
+
+async def test_invite_dm_rooms_mentions_and_restart(synapse: Synapse, tmp_path: Path) -> None:
+    people = People(synapse)
+    alice = people.alice
+    dm = synapse.call(
+        "POST",
+        "/_matrix/client/v3/createRoom",
+        {"is_direct": True, "invite": [people.bot_id], "preset": "trusted_private_chat"},
+        token=alice["access_token"],
+    )["room_id"]
+    team = synapse.call(
+        "POST",
+        "/_matrix/client/v3/createRoom",
+        {
+            "invite": [people.bot_id, people.bob["user_id"]],
+            "preset": "private_chat",
+            "name": "Team",
+        },
+        token=alice["access_token"],
+    )["room_id"]
+    synapse.call(
+        "POST",
+        f"/_matrix/client/v3/join/{urllib.parse.quote(team)}",
+        {},
+        token=people.bob["access_token"],
+    )
+    # A stranger's invite is not accepted.
+    stranger_room = synapse.call(
+        "POST",
+        "/_matrix/client/v3/createRoom",
+        {"invite": [people.bot_id]},
+        token=people.bob["access_token"],
+    )["room_id"]
+
+    async with running(synapse, people, tmp_path):
+        await wait_for(
+            lambda: people.bot_id in people.members(dm) and people.bot_id in people.members(team)
+        )
+        people.say(alice, dm, "hello bot")
+        await wait_for(lambda: people.bot_messages(dm) == ["echo: hello bot"])
+        people.say(alice, team, "just chatting among us")
+        people.say(alice, team, f"{people.bot_name}: what's up?", mentions=[people.bot_id])
+        await wait_for(lambda: len(people.bot_messages(team)) == 1)
+        [answer] = people.bot_messages(team)
+        assert answer.startswith("echo: ") and answer.endswith(f"{people.bot_name}: what's up?")
+        assert people.bot_id not in people.members(stranger_room, who=people.bob)
+    devices = people.devices()
+
+    # After a restart: nothing old is answered again, new messages are, and no new device.
+    async with running(synapse, people, tmp_path):
+        await anyio.sleep(2)
+        assert people.bot_messages(dm) == ["echo: hello bot"]
+        people.say(alice, dm, "still there?")
+        await wait_for(lambda: people.bot_messages(dm) == ["echo: hello bot", "echo: still there?"])
+    assert people.devices() == devices
+    assert len(people.bot_messages(team)) == 1
