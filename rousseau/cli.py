@@ -50,9 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="the daemon: every configured transport")
     run.set_defaults(func=_run, only=None)
-    for name in ("telegram", "slack", "discord", "signal", "matrix"):
+    for name in ("telegram", "slack", "discord", "signal", "matrix", "whatsapp"):
         alone = sub.add_parser(name, help=f"run the {name.capitalize()} transport alone")
         alone.set_defaults(func=_run, only=name)
+        if name == "whatsapp":
+            alone.add_argument(
+                "action", nargs="?", choices=["login"], help="login: pair by QR code, then exit"
+            )
 
     pair = sub.add_parser("pair", help="admit strangers who asked with a pairing code")
     psub = pair.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -202,7 +206,26 @@ async def _close(provider: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from rousseau.daemon import run
 
-    return run(_config(args, quiet=False), only=args.only)
+    config = _config(args, quiet=False)
+    if getattr(args, "action", None) == "login":
+        return _whatsapp_login(config)
+    return run(config, only=args.only)
+
+
+def _whatsapp_login(config: Config) -> int:
+    from pathlib import Path
+
+    import anyio
+
+    from rousseau.config import WhatsAppConfig
+    from rousseau.transports.whatsapp import login
+
+    store = Path((config.whatsapp or WhatsAppConfig()).store).expanduser()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    print("Scan the QR code with WhatsApp on your phone: Settings > Linked devices > Link a device")
+    anyio.run(login, str(store))
+    print(f"paired; the session is kept in {store}")
+    return 0
 
 
 def _pair_list(args: argparse.Namespace) -> int:

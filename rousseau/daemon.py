@@ -125,12 +125,24 @@ def _matrix(section: Any) -> Transport:
     )
 
 
+def _whatsapp(section: Any) -> Transport:
+    from pathlib import Path
+
+    from rousseau.config import WhatsAppConfig
+    from rousseau.transports.whatsapp import NeonizeClient, WhatsAppTransport
+
+    store = Path((section or WhatsAppConfig()).store).expanduser()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    return WhatsAppTransport(NeonizeClient(str(store)))
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
     "discord": _discord,
     "signal": _signal,
     "matrix": _matrix,
+    "whatsapp": _whatsapp,
 }
 
 
@@ -269,6 +281,10 @@ class Daemon:
                 await transport.run(router.submit)
             except Exception as exc:
                 if self._stopping:
+                    return
+                if getattr(exc, "permanent", False):
+                    # Retrying cannot help (a logged-out session): stay down, health stays red.
+                    log.error("transport.stopped", transport=transport.name, error=str(exc))
                     return
                 log.error("transport.failed", transport=transport.name, error=str(exc))
             if self._stopping:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
+from tests.transports.harness_whatsapp import WhatsAppHarness
 
 pytestmark = pytest.mark.anyio
 
@@ -30,6 +32,7 @@ HARNESSES: dict[str, Callable[[], Any]] = {
     "signal": SignalHarness,
     "slack": SlackHarness,
     "telegram": TelegramHarness,
+    "whatsapp": WhatsAppHarness,
 }
 FENCE = re.compile(r"^(```|~~~)", re.M)
 
@@ -80,6 +83,12 @@ async def daemon(harness: Harness, tmp: Path) -> AsyncIterator[tuple[Daemon, Fun
     assert not transport.connected
 
 
+async def act(action: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Drive the platform from a worker thread, as the platform itself is outside our loop;
+    a harness may block there (waiting for a link to come back) without stalling the daemon."""
+    await anyio.to_thread.run_sync(functools.partial(action, *args, **kwargs))
+
+
 async def delivered(harness: Harness, count: int) -> list[Delivered]:
     with anyio.fail_after(20):
         while len(harness.delivered()) < count:
@@ -93,15 +102,15 @@ async def settle() -> None:
 
 async def test_reply_reaches_the_chat(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path):
-        harness.dm("hello")
+        await act(harness.dm, "hello")
         [reply] = await delivered(harness, 1)
     assert reply.chat == harness.dm_chat and reply.text == "echo: hello"
 
 
 async def test_stranger_is_ignored_without_a_model_call(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path) as (_, provider):
-        harness.dm("let me in", sender=harness.stranger)
-        harness.dm("hi")
+        await act(harness.dm, "let me in", sender=harness.stranger)
+        await act(harness.dm, "hi")
         await delivered(harness, 1)
         await settle()
     assert [d.chat for d in harness.delivered()] == [harness.dm_chat]
@@ -110,8 +119,8 @@ async def test_stranger_is_ignored_without_a_model_call(harness: Harness, tmp_pa
 
 async def test_group_needs_a_mention(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path) as (_, provider):
-        harness.group("chatter", mentioned=False)
-        harness.group("a question", mentioned=True)
+        await act(harness.group, "chatter", mentioned=False)
+        await act(harness.group, "a question", mentioned=True)
         [reply] = await delivered(harness, 1)
         await settle()
     assert reply.chat == harness.group_chat and "a question" in reply.text
@@ -120,7 +129,7 @@ async def test_group_needs_a_mention(harness: Harness, tmp_path: Path) -> None:
 
 async def test_long_reply_is_split_with_nothing_lost(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path):
-        harness.dm("say something long")
+        await act(harness.dm, "say something long")
         await delivered(harness, 2)
         await settle()
     parts = [d.text for d in harness.delivered()]
@@ -135,8 +144,8 @@ async def test_long_reply_is_split_with_nothing_lost(harness: Harness, tmp_path:
 
 async def test_duplicate_delivery_is_answered_once(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path) as (_, provider):
-        harness.dm("once only")
-        harness.redeliver_last()
+        await act(harness.dm, "once only")
+        await act(harness.redeliver_last)
         await delivered(harness, 1)
         await settle()
     assert len(harness.delivered()) == 1 and len(provider.requests) == 1
@@ -144,8 +153,8 @@ async def test_duplicate_delivery_is_answered_once(harness: Harness, tmp_path: P
 
 async def test_own_messages_are_ignored(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path) as (_, provider):
-        harness.own_message("echo: something I said")
-        harness.dm("hi")
+        await act(harness.own_message, "echo: something I said")
+        await act(harness.dm, "hi")
         await delivered(harness, 1)
         await settle()
     assert len(provider.requests) == 1
@@ -153,10 +162,9 @@ async def test_own_messages_are_ignored(harness: Harness, tmp_path: Path) -> Non
 
 async def test_survives_a_dropped_connection(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path):
-        harness.drop_connection()
+        await act(harness.drop_connection)
         await anyio.sleep(0.2)
-        # Off the loop: a harness may wait for the platform link to come back.
-        await anyio.to_thread.run_sync(lambda: harness.dm("are you still there?"))
+        await act(harness.dm, "are you still there?")
         [reply] = await delivered(harness, 1)
     assert reply.text == "echo: are you still there?"
 
@@ -164,7 +172,7 @@ async def test_survives_a_dropped_connection(harness: Harness, tmp_path: Path) -
 async def test_stops_cleanly(harness: Harness, tmp_path: Path) -> None:
     with capture_logs() as logs:
         async with daemon(harness, tmp_path):
-            harness.dm("hi")
+            await act(harness.dm, "hi")
             await delivered(harness, 1)
     events = [e["event"] for e in logs]
     assert events.index("daemon.stopping") < events.index("daemon.stopped")
@@ -177,6 +185,6 @@ async def test_typing_is_shown_while_a_slow_reply_is_written(
     if not hasattr(harness, "typing_shown"):
         pytest.skip(f"{harness.name} offers bots no typing indicator")
     async with daemon(harness, tmp_path):
-        harness.dm("slow one please")
+        await act(harness.dm, "slow one please")
         await delivered(harness, 1)
     assert harness.typing_shown()  # type: ignore[attr-defined]

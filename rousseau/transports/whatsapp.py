@@ -1,0 +1,308 @@
+"""WhatsApp through neonize (whatsmeow): pairing by QR code, normalised JIDs, groups on mention.
+
+The neonize client sits behind `WhatsAppClient`, a small interface that delivers neonize's own
+event objects; tests drive the adapter with a fake client emitting the same objects.
+A logged-out session stops retrying (it needs `rousseau whatsapp login` again); a dropped
+connection is retried with backoff.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.agent import MissingExtraError
+from rousseau.transports.base import Inbound, InboundHandler, Outbound
+
+try:
+    from neonize.aioze.events import ConnectedEv, DisconnectedEv, LoggedOutEv, MessageEv
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError("the whatsapp transport", "whatsapp") from exc
+
+log = structlog.get_logger("rousseau.whatsapp")
+
+MAX_LENGTH = 4000
+USER_SERVER = "s.whatsapp.net"
+LID_SERVER = "lid"
+GROUP_SERVER = "g.us"
+
+EventHandler = Callable[[Any], Awaitable[None]]
+
+
+class LoggedOut(ConnectionError):
+    """WhatsApp ended the session; only pairing again helps."""
+
+    permanent = True
+
+
+class WhatsAppClient(Protocol):
+    """What the adapter needs of neonize."""
+
+    def on_event(self, handler: EventHandler) -> None: ...
+
+    async def connect(self) -> None: ...
+
+    async def disconnect(self) -> None: ...
+
+    async def send_text(self, jid: str, text: str) -> str:
+        """Send a text; return the message id (to recognise its echo)."""
+        ...
+
+    async def typing(self, jid: str, on: bool) -> None: ...
+
+    def own_jids(self) -> set[str]:
+        """The account's own user parts (phone and LID), once connected."""
+        ...
+
+
+class KeyValue(Protocol):
+    async def get(self, key: str) -> str | None: ...
+
+    async def set(self, key: str, value: str) -> None: ...
+
+
+class _MemoryKV:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    async def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    async def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+def jid_parts(jid: Any) -> tuple[str, str]:
+    """(user, server) of a neonize JID, device suffix dropped."""
+    user = str(getattr(jid, "User", "") or "")
+    return user.split(":")[0], str(getattr(jid, "Server", "") or "")
+
+
+class WhatsAppTransport:
+    name = "whatsapp"
+    max_length = MAX_LENGTH
+    measure = staticmethod(len)
+
+    def __init__(self, client: WhatsAppClient) -> None:
+        self.client = client
+        self.state: KeyValue = _MemoryKV()
+        self._connected = False
+        self._logged_out = False
+        self._failure: Exception | None = None
+        self._changed = anyio.Event()
+        self._handler: InboundHandler | None = None
+        self._sent_ids: OrderedDict[str, None] = OrderedDict()
+        client.on_event(self._on_event)
+
+    def bind_state(self, state: KeyValue) -> None:
+        """Where the LID-to-phone map is kept."""
+        self.state = state
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._handler, self._failure = handler, None
+        if self._logged_out:
+            raise LoggedOut("whatsapp: logged out; run `rousseau whatsapp login` to pair again")
+        await self.client.connect()
+        with anyio.fail_after(60):
+            while not self._connected and self._failure is None:
+                await self._wait_change()
+        if self._failure is not None:
+            raise self._failure
+        task_status.started()
+        try:
+            while self._failure is None:
+                await self._wait_change()
+            if not isinstance(self._failure, _Stopped):
+                raise self._failure
+        finally:
+            self._connected = False
+            with anyio.CancelScope(shield=True):
+                await self.client.disconnect()
+
+    async def _wait_change(self) -> None:
+        self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def _signal(self) -> None:
+        self._changed.set()
+
+    async def stop(self) -> None:
+        self._failure = self._failure or _Stopped()
+        self._signal()
+
+    async def _on_event(self, event: Any) -> None:
+        if isinstance(event, ConnectedEv):
+            self._connected = True
+            log.info("whatsapp.connected")
+        elif isinstance(event, LoggedOutEv):
+            self._logged_out = True
+            self._connected = False
+            self._failure = LoggedOut(
+                "whatsapp: logged out by the phone; run `rousseau whatsapp login` to pair again"
+            )
+            log.error("whatsapp.logged_out", hint="run: rousseau whatsapp login")
+        elif isinstance(event, DisconnectedEv):
+            self._connected = False
+            self._failure = ConnectionError("whatsapp: disconnected")
+        elif isinstance(event, MessageEv) and self._handler is not None:
+            inbound = await self._normalise(event)
+            if inbound is not None:
+                await self._handler(inbound)
+            return
+        self._signal()
+
+    async def _phone(self, jid: Any, alt: Any = None) -> str:
+        """The phone-number user part of a sender, mapping a LID through what was learned."""
+        user, server = jid_parts(jid)
+        alt_user, alt_server = jid_parts(alt) if alt is not None else ("", "")
+        if server == LID_SERVER:
+            if alt_user and alt_server == USER_SERVER:
+                await self.state.set(f"lid:{user}", alt_user)  # the event carried both
+                return alt_user
+            return await self.state.get(f"lid:{user}") or user
+        if alt_user and alt_server == LID_SERVER:
+            await self.state.set(f"lid:{alt_user}", user)
+        return user
+
+    async def _normalise(self, event: Any) -> Inbound | None:
+        info = event.Info
+        source = info.MessageSource
+        if info.ID in self._sent_ids:
+            return None  # the echo of what we sent
+        message = event.Message
+        text = message.conversation or message.extendedTextMessage.text
+        if not text:
+            return None
+        chat_user, chat_server = jid_parts(source.Chat)
+        sender = await self._phone(source.Sender, source.SenderAlt)
+        own = self.client.own_jids()
+        if source.IsFromMe:
+            # Only "message yourself" counts: the account writing to its own chat.
+            if source.IsGroup or chat_user not in own:
+                return None
+        is_group = bool(source.IsGroup) or chat_server == GROUP_SERVER
+        context = message.extendedTextMessage.contextInfo
+        mentioned = any(jid_parts_str(m)[0] in own for m in context.mentionedJID) or (
+            bool(context.participant) and jid_parts_str(context.participant)[0] in own
+        )
+        chat = f"{chat_user}@{chat_server}" if is_group else f"{sender}@{USER_SERVER}"
+        return Inbound(
+            transport=self.name,
+            chat_id=chat,
+            sender_id=sender,
+            message_id=str(info.ID),
+            text=str(text),
+            is_group=is_group,
+            mentioned=mentioned,
+            sender_name=str(info.Pushname or ""),
+            at=float(info.Timestamp or 0) / (1000 if info.Timestamp > 10**11 else 1),
+        )
+
+    async def send(self, message: Outbound) -> None:
+        try:
+            sent_id = await self.client.send_text(message.chat_id, message.text)
+        except Exception as exc:
+            raise ConnectionError(f"whatsapp: sending failed ({exc})") from exc
+        self._sent_ids[sent_id] = None
+        while len(self._sent_ids) > 1000:
+            self._sent_ids.popitem(last=False)
+        try:
+            await self.client.typing(message.chat_id, False)
+        except Exception as exc:  # typing off is a courtesy
+            log.debug("whatsapp.typing_failed", error=str(exc))
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        await self.client.typing(chat_id, True)
+
+
+def jid_parts_str(jid: str) -> tuple[str, str]:
+    """(user, server) of a JID string such as 15551234567:3@s.whatsapp.net."""
+    user, _, server = jid.partition("@")
+    return user.split(":")[0], server
+
+
+class _Stopped(Exception):
+    """Raised inside run() to leave it when stop() was asked for."""
+
+
+class NeonizeClient:
+    """The real client: neonize's NewAClient, its session kept in `store` (a SQLite file)."""
+
+    def __init__(self, store: str) -> None:
+        from neonize.aioze.client import NewAClient
+
+        self._client = NewAClient(store)
+        self._handlers: list[EventHandler] = []
+        self._me: Any = None
+        for kind in (ConnectedEv, DisconnectedEv, LoggedOutEv, MessageEv):
+            self._client.event(kind)(self._dispatch)
+
+    async def _dispatch(self, _: Any, event: Any) -> None:
+        if isinstance(event, ConnectedEv):
+            self._me = await self._client.get_me()
+        for handler in self._handlers:
+            await handler(event)
+
+    def on_event(self, handler: EventHandler) -> None:
+        self._handlers.append(handler)
+
+    async def connect(self) -> None:
+        await self._client.connect()
+
+    async def disconnect(self) -> None:
+        await self._client.disconnect()
+
+    async def send_text(self, jid: str, text: str) -> str:
+        from neonize.utils.jid import build_jid
+
+        user, server = jid_parts_str(jid)
+        response = await self._client.send_message(build_jid(user, server), text)
+        return str(response.ID)
+
+    async def typing(self, jid: str, on: bool) -> None:
+        from neonize.utils.enum import ChatPresence, ChatPresenceMedia
+        from neonize.utils.jid import build_jid
+
+        user, server = jid_parts_str(jid)
+        state = ChatPresence.CHAT_PRESENCE_COMPOSING if on else ChatPresence.CHAT_PRESENCE_PAUSED
+        await self._client.send_chat_presence(
+            build_jid(user, server), state, ChatPresenceMedia.CHAT_PRESENCE_MEDIA_TEXT
+        )
+
+    def own_jids(self) -> set[str]:
+        out: set[str] = set()
+        for attr in ("JID", "LID"):
+            jid = getattr(self._me, attr, None)
+            if jid is not None:
+                out.add(jid_parts(jid)[0])
+        return out
+
+
+async def login(store: str) -> None:
+    """Pair this device: neonize prints the QR code in the terminal; returns once paired."""
+    from neonize.aioze.client import NewAClient
+
+    client = NewAClient(store)
+    paired = anyio.Event()
+
+    async def connected(_: Any, event: Any) -> None:
+        paired.set()
+
+    client.event(ConnectedEv)(connected)
+    await client.connect()
+    try:
+        with anyio.fail_after(300):
+            await paired.wait()
+    finally:
+        await client.disconnect()
