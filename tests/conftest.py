@@ -4,10 +4,12 @@ import gc
 import subprocess
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.fakes.llm import FakeLLMServer
+from tests.matrix.synapse import Synapse, synapse_python
 
 # neonize runs `os.popen("uname -a")` at import and never closes it. The Popen parks itself
 # in subprocess's list of unreaped children until some later Popen reaps it, and the unclosed
@@ -22,6 +24,20 @@ with warnings.catch_warnings():
         child.wait()
     subprocess._cleanup()  # type: ignore[attr-defined]
     gc.collect()
+
+
+@pytest.fixture(scope="session")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    python = synapse_python()
+    if python is None:
+        pytest.skip(
+            "Synapse is not installed: create .synapse-env (python3 -m venv .synapse-env && "
+            ".synapse-env/bin/pip install matrix-synapse), as .ci/run does, or set "
+            "ROUSSEAU_TEST_SYNAPSE to its python"
+        )
+    server = Synapse(python, Path(tmp_path_factory.mktemp("synapse"))).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from rousseau.daemon import Daemon
 from rousseau.router import ChatPolicy
 from tests.transports.conformance import Delivered, Harness
 from tests.transports.harness_discord import DiscordHarness
+from tests.transports.harness_matrix import MatrixHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.anyio
 
 HARNESSES: dict[str, Callable[[], Any]] = {
     "discord": DiscordHarness,
+    "matrix": MatrixHarness,
     "signal": SignalHarness,
     "slack": SlackHarness,
     "telegram": TelegramHarness,
@@ -39,7 +41,10 @@ FENCE = re.compile(r"^(```|~~~)", re.M)
 
 @pytest.fixture(params=sorted(HARNESSES))
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    made = HARNESSES[request.param]()
+    if request.param == "matrix":  # a real homeserver, started once for the session
+        made = MatrixHarness(request.getfixturevalue("synapse"))
+    else:
+        made = HARNESSES[request.param]()
     yield made
     made.close()
 
@@ -50,7 +55,7 @@ async def echo(request: Request) -> Response:
         await anyio.sleep(1.5)
     if "long" in question:
         code = "\n".join(f"line_{i} = {i}" for i in range(300))
-        words = " ".join(f"w{i}" for i in range(1500))
+        words = " ".join(f"w{i}" for i in range(3000))
         return text_reply(f"{words}\n\n```python\n{code}\n```\n\nDone.")
     return text_reply("echo: " + question)
 
@@ -137,8 +142,8 @@ async def test_long_reply_is_split_with_nothing_lost(harness: Harness, tmp_path:
     words = [
         w for p in parts for line in p.split("\n") if not FENCE.match(line) for w in line.split()
     ]
-    assert words[:1500] == [f"w{i}" for i in range(1500)]
-    assert words[-1] == "Done." and len(words) == 1500 + 300 * 3 + 1
+    assert words[:3000] == [f"w{i}" for i in range(3000)]
+    assert words[-1] == "Done." and len(words) == 3000 + 300 * 3 + 1
     assert all(len(FENCE.findall(p)) % 2 == 0 for p in parts)
 
 
@@ -183,7 +188,7 @@ async def test_typing_is_shown_while_a_slow_reply_is_written(
     harness: Harness, tmp_path: Path
 ) -> None:
     if not hasattr(harness, "typing_shown"):
-        pytest.skip(f"{harness.name} offers bots no typing indicator")
+        pytest.skip(f"the {harness.name} harness cannot observe a typing indicator")
     async with daemon(harness, tmp_path):
         await act(harness.dm, "slow one please")
         await delivered(harness, 1)

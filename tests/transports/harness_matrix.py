@@ -1,0 +1,124 @@
+"""The Matrix adapter's harness: the real adapter against the real Synapse of the test session."""
+
+from __future__ import annotations
+
+import secrets
+import time
+import urllib.parse
+from typing import Any
+
+import pytest
+
+from rousseau.transports.base import Transport
+from rousseau.transports.matrix import MAX_LENGTH, MatrixTransport
+from tests.matrix.synapse import Synapse
+from tests.transports.conformance import Delivered
+
+
+class MatrixHarness:
+    name = "matrix"
+    measure = staticmethod(len)
+    limit = MAX_LENGTH
+
+    def __init__(self, synapse: Synapse) -> None:
+        self.synapse = synapse
+        tag = secrets.token_hex(3)
+        self.alice = synapse.register(f"owner{tag}")
+        self.bob = synapse.register(f"friend{tag}")
+        self.eve = synapse.register(f"stranger{tag}")
+        self.bot_password = "bot-password-123"
+        self.bot = synapse.register(f"bot{tag}", self.bot_password)
+        self.owner = self.alice["user_id"]
+        self.stranger = self.eve["user_id"]
+        self.dm_chat = self._room(self.alice, [self.bot["user_id"]], direct=True)
+        self.group_chat = self._room(self.alice, [self.bot["user_id"], self.bob["user_id"]])
+        self._join(self.bob, self.group_chat)
+        self._stranger_room = self._room(self.eve, [self.bot["user_id"]], direct=True)
+
+    def transport(self) -> Transport:
+        owner = self.owner
+        return MatrixTransport(
+            self.synapse.url,
+            self.bot["user_id"],
+            password=self.bot_password,
+            may_invite=lambda sender: sender == owner,
+        )
+
+    def _room(self, who: dict[str, Any], invite: list[str], direct: bool = False) -> str:
+        body = {
+            "invite": invite,
+            "preset": "trusted_private_chat" if direct else "private_chat",
+            "is_direct": direct,
+        }
+        room = self.synapse.call(
+            "POST", "/_matrix/client/v3/createRoom", body, token=who["access_token"]
+        )
+        return str(room["room_id"])
+
+    def _join(self, who: dict[str, Any], room: str) -> None:
+        self.synapse.call(
+            "POST",
+            f"/_matrix/client/v3/join/{urllib.parse.quote(room)}",
+            {},
+            token=who["access_token"],
+        )
+
+    def _say(self, who: dict[str, Any], room: str, body: str, mention: bool = False) -> None:
+        if who is not self.eve:
+            self._wait_bot_joined(room)
+        content: dict[str, Any] = {"msgtype": "m.text", "body": body}
+        if mention:
+            content["body"] = f"{self.bot['user_id']}: {body}"
+            content["m.mentions"] = {"user_ids": [self.bot["user_id"]]}
+        path = (
+            f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/send/m.room.message/"
+            f"{secrets.token_hex(8)}"
+        )
+        self.synapse.call("PUT", path, content, token=who["access_token"])
+
+    def _wait_bot_joined(self, room: str) -> None:
+        path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/joined_members"
+        deadline = time.monotonic() + 20
+        while (
+            self.bot["user_id"]
+            not in self.synapse.call("GET", path, token=self.alice["access_token"])["joined"]
+        ):
+            if time.monotonic() > deadline:
+                raise AssertionError("the bot never joined")
+            time.sleep(0.1)
+
+    def dm(self, text: str, *, sender: str | None = None) -> None:
+        if sender == self.stranger:
+            self._say(self.eve, self._stranger_room, text)
+        else:
+            self._say(self.alice, self.dm_chat, text)
+
+    def group(self, text: str, *, mentioned: bool) -> None:
+        self._say(self.alice, self.group_chat, text, mention=mentioned)
+
+    def own_message(self, text: str) -> None:
+        self._wait_bot_joined(self.dm_chat)
+        self._say(self.bot, self.dm_chat, text)
+
+    def redeliver_last(self) -> None:
+        pytest.skip("a homeserver never sends one event twice; restart replay is in tests/matrix")
+
+    def drop_connection(self) -> None:
+        pytest.skip("a shared homeserver cannot cut one client's sync")
+
+    def delivered(self) -> list[Delivered]:
+        out = []
+        for room in (self.dm_chat, self.group_chat):
+            path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/messages?dir=f&limit=200"
+            chunk = self.synapse.call("GET", path, token=self.alice["access_token"])["chunk"]
+            out += [
+                Delivered(chat=room, text=e["content"]["body"])
+                for e in chunk
+                if e["type"] == "m.room.message"
+                and e["sender"] == self.bot["user_id"]
+                and not e["content"]["body"].startswith("echo: something I said")
+            ]
+        return out
+
+    def close(self) -> None:
+        pass
