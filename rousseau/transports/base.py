@@ -53,6 +53,28 @@ InboundHandler = Callable[[Inbound], Awaitable[None]]
 """Takes an inbound message and returns once it is safely persisted (then the adapter acks)."""
 
 
+class KeyValue(Protocol):
+    """A transport's small durable state (login tokens, sync positions, identity maps);
+    the daemon binds one kept in the store through the transport's `bind_state`."""
+
+    async def get(self, key: str) -> str | None: ...
+
+    async def set(self, key: str, value: str) -> None: ...
+
+
+class MemoryKeyValue:
+    """The stand-in until the daemon binds the store (and for library use without one)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    async def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    async def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
 class Transport(Protocol):
     """A messaging platform adapter. The daemon supervises `run`; `send` delivers the outbox."""
 

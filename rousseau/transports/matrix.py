@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    MemoryKeyValue,
+    Outbound,
+)
 
 try:
     import markdown
@@ -28,25 +34,6 @@ log = structlog.get_logger("rousseau.matrix")
 
 MAX_LENGTH = 16_000  # Matrix events may be 64 KiB; replies stay readable well below that
 SYNC_TIMEOUT_MS = 30_000
-
-
-class KeyValue(Protocol):
-    """Small durable state for a transport (the daemon's store provides it)."""
-
-    async def get(self, key: str) -> str | None: ...
-
-    async def set(self, key: str, value: str) -> None: ...
-
-
-class _MemoryKV:
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-
-    async def get(self, key: str) -> str | None:
-        return self.values.get(key)
-
-    async def set(self, key: str, value: str) -> None:
-        self.values[key] = value
 
 
 class MatrixTransport:
@@ -74,7 +61,7 @@ class MatrixTransport:
         self.device_id = device_id
         self.msgtype = msgtype
         self.may_invite = may_invite
-        self.state: KeyValue = _MemoryKV()
+        self.state: KeyValue = MemoryKeyValue()
         self._client: nio.AsyncClient | None = None
         self._stop = anyio.Event()
         self._connected = False

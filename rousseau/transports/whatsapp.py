@@ -17,7 +17,13 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    MemoryKeyValue,
+    Outbound,
+)
 
 try:
     from neonize.aioze.events import ConnectedEv, DisconnectedEv, LoggedOutEv, MessageEv
@@ -60,23 +66,6 @@ class WhatsAppClient(Protocol):
         ...
 
 
-class KeyValue(Protocol):
-    async def get(self, key: str) -> str | None: ...
-
-    async def set(self, key: str, value: str) -> None: ...
-
-
-class _MemoryKV:
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-
-    async def get(self, key: str) -> str | None:
-        return self.values.get(key)
-
-    async def set(self, key: str, value: str) -> None:
-        self.values[key] = value
-
-
 def jid_parts(jid: Any) -> tuple[str, str]:
     """(user, server) of a neonize JID, device suffix dropped."""
     user = str(getattr(jid, "User", "") or "")
@@ -90,7 +79,7 @@ class WhatsAppTransport:
 
     def __init__(self, client: WhatsAppClient) -> None:
         self.client = client
-        self.state: KeyValue = _MemoryKV()
+        self.state: KeyValue = MemoryKeyValue()
         self._connected = False
         self._logged_out = False
         self._failure: Exception | None = None
