@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import anyio
@@ -87,16 +88,17 @@ class Agent:
         """Run the loop until the model stops; return the last response, usage summed."""
         last: Response | None = None
         usage = Usage()
-        async for event in self.turn_stream(session, unattended=unattended):
-            if event.response is not None:
-                last = event.response
-                usage = usage + last.usage
+        async with aclosing(self.turn_stream(session, unattended=unattended)) as events:
+            async for event in events:
+                if event.response is not None:
+                    last = event.response
+                    usage = usage + last.usage
         assert last is not None  # turn_stream yields a RESPONSE per iteration or raises
         return Response(message=last.message, stop_reason=last.stop_reason, usage=usage)
 
     async def turn_stream(
         self, session: Session, *, unattended: bool = False
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Run the loop, yielding text deltas, tool calls, tool results and responses."""
         if not session.messages:
             raise EmptySessionError()
@@ -118,11 +120,13 @@ class Agent:
                     cacheable_messages=session.cacheable_messages,
                 )
                 response: Response | None = None
-                async for event in self._complete(request):
-                    if event.kind is StreamEventKind.RESPONSE:
-                        response = event.response
-                    else:
-                        yield event
+                # aclosing: if our consumer stops early, the provider's stream closes now.
+                async with aclosing(self._complete(request)) as events:
+                    async for event in events:
+                        if event.kind is StreamEventKind.RESPONSE:
+                            response = event.response
+                        else:
+                            yield event
                 assert response is not None
                 await self.append(session, response.message, usage=response.usage)
                 yield StreamEvent.final(response)
@@ -157,13 +161,14 @@ class Agent:
                 with anyio.CancelScope(shield=True):
                     await self.options.history.flush()
 
-    async def _complete(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def _complete(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         provider = self.provider
         if isinstance(provider, StreamingProvider):
             seen = False
-            async for event in provider.stream(request):
-                seen = seen or event.kind is StreamEventKind.RESPONSE
-                yield event
+            async with aclosing(provider.stream(request)) as stream:
+                async for event in stream:
+                    seen = seen or event.kind is StreamEventKind.RESPONSE
+                    yield event
             if not seen:
                 raise ProviderError(provider.name, "the stream ended without a complete reply")
             return

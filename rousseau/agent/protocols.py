@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,7 +31,7 @@ class Provider(Protocol):
 class StreamingProvider(Provider, Protocol):
     """A provider that can also stream: TEXT deltas, then exactly one RESPONSE event last."""
 
-    def stream(self, request: Request) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]: ...
 
 
 @dataclass(kw_only=True, slots=True)

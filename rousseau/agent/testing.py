@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -122,7 +122,7 @@ class ScriptedProvider:
     async def complete(self, request: Request) -> Response:
         return await self._next(request)
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         response = await self._next(request)
         text = response.message.text
         for i in range(0, len(text), self.chunk):

@@ -6,7 +6,7 @@ Messages API through the SDK's three clients); only the client and the error hin
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from rousseau.agent import (
@@ -69,7 +69,7 @@ class MessagesProvider:
             raise self._translate(exc) from exc
         return _response(message)
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         try:
             async with self._client.messages.stream(**self.params(request)) as stream:
                 async for event in stream:

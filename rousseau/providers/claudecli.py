@@ -10,7 +10,7 @@ import json
 import subprocess
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -113,11 +113,11 @@ class ClaudeCLIProvider:
         assert response is not None
         return response
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         async for event in self._run(request, stream=True):
             yield event
 
-    async def _run(self, request: Request, *, stream: bool) -> AsyncIterator[StreamEvent]:
+    async def _run(self, request: Request, *, stream: bool) -> AsyncGenerator[StreamEvent, None]:
         prompt = _newest_user_turn(request.messages)
         known = await self.sessions.get_external_session(request.session_id, self.name)
         cli_id = known or str(uuid.uuid5(_NAMESPACE, request.session_id))
@@ -169,7 +169,7 @@ class _Run:
         self.env = env
         self.stderr = bytearray()
 
-    async def events(self, stream: bool) -> AsyncIterator[StreamEvent]:
+    async def events(self, stream: bool) -> AsyncGenerator[StreamEvent, None]:
         try:
             process = await anyio.open_process(
                 self.args,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 
 import structlog
 
@@ -41,12 +42,13 @@ class FallbackProvider:
                 self._switch(provider, exc)
         raise AssertionError("unreachable")
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         for provider, last in self._order():
             try:
                 if isinstance(provider, StreamingProvider):
-                    async for event in provider.stream(request):
-                        yield event
+                    async with aclosing(provider.stream(request)) as stream:
+                        async for event in stream:
+                            yield event
                 else:
                     yield StreamEvent.final(await provider.complete(request))
                 return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,7 +76,7 @@ class OpenAIProvider:
         acc.usage = _usage(reply.usage)
         return acc.response()
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         params = self._params(request)
         params["stream"] = True
         params["stream_options"] = {"include_usage": True}

@@ -6,6 +6,7 @@ import queue
 import signal
 import sys
 import threading
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -138,8 +139,9 @@ class TerminalApproval:
 async def run_turn(agent: Agent, session: Session, text: str, screen: Screen) -> None:
     await agent.append(session, Message.user(text))
     try:
-        async for event in agent.turn_stream(session):
-            screen.show(event)
+        async with aclosing(agent.turn_stream(session)) as events:
+            async for event in events:
+                screen.show(event)
     finally:
         screen.end()
 

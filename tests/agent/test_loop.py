@@ -354,3 +354,32 @@ async def test_approver_failure_denies() -> None:
     await agent.turn(s)
     assert echo.calls == []
     assert "approver failed" in s.messages[2].tool_results[0].content
+
+
+async def test_stopping_a_stream_early_closes_the_provider_stream_at_once() -> None:
+    from collections.abc import AsyncGenerator
+    from contextlib import aclosing
+
+    from rousseau.agent import StreamEvent
+
+    closed: list[bool] = []
+
+    class Streaming:
+        name = "streaming"
+
+        async def complete(self, request: Request) -> Any:
+            raise AssertionError("streams only")
+
+        async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+            try:
+                yield StreamEvent.text_delta("first")
+                await anyio.sleep(30)
+                yield StreamEvent.text_delta("never")
+            finally:
+                closed.append(True)
+
+    async with aclosing(Agent(Streaming()).turn_stream(session())) as events:
+        async for event in events:
+            assert event.text == "first"
+            break
+    assert closed == [True]
