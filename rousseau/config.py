@@ -62,11 +62,16 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
-def _check_rate(value: str) -> str:
+def parse_rate(value: str) -> tuple[int, float]:
+    """`20/1m` (or `20/m`) as (20, 60.0): so many per so many seconds."""
     count, sep, period = value.partition("/")
     if not sep or not count.strip().isdigit() or int(count) < 1:
         raise ValueError(f"{value!r} is not a rate (use COUNT/PERIOD, e.g. 20/1m)")
-    parse_duration(period if period[:1].isdigit() else f"1{period}")
+    return int(count), parse_duration(period if period[:1].isdigit() else f"1{period}")
+
+
+def _check_rate(value: str) -> str:
+    parse_rate(value)
     return value
 
 

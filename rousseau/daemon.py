@@ -22,7 +22,7 @@ from anyio.abc import SocketStream, TaskGroup
 
 from rousseau.agent import ConfigError, Provider
 from rousseau.app import build_agent
-from rousseau.config import Config
+from rousseau.config import Config, parse_rate
 from rousseau.metrics import Metrics
 from rousseau.providers import build_provider, detect_provider
 from rousseau.router import ChatPolicy, RateLimiter, Router
@@ -51,13 +51,6 @@ def sd_notify(state: str) -> bool:
     except OSError as exc:
         log.warning("daemon.notify_failed", error=str(exc))
         return False
-
-
-def parse_rate(rate: str) -> tuple[int, float]:
-    from rousseau.config import parse_duration
-
-    count, _, period = rate.partition("/")
-    return int(count), parse_duration(period if period[:1].isdigit() else f"1{period}")
 
 
 def _telegram(section: Any) -> Transport:

@@ -173,3 +173,14 @@ def test_compression_keep_recent_must_be_below_trigger(tmp_path: Path) -> None:
     path = write(tmp_path, "agent:\n  compression: {trigger_messages: 5, keep_recent: 8}\n")
     with pytest.raises(ConfigError, match=r"agent\.compression: keep_recent must be smaller"):
         load_config(path, {})
+
+
+def test_rates_parse_to_count_and_seconds() -> None:
+    from rousseau.config import parse_rate
+
+    assert parse_rate("20/1m") == (20, 60.0)
+    assert parse_rate("5/m") == (5, 60.0)
+    assert parse_rate("100/1h30m") == (100, 5400.0)
+    for bad in ("fast", "0/1m", "20", "x/1m"):
+        with pytest.raises(ValueError):
+            parse_rate(bad)
