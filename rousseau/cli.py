@@ -126,19 +126,12 @@ def _chat(args: argparse.Namespace) -> int:
 
     config = _config(args)
     name, _why = detect_provider(config)
-    store = Store(config.state.path)
-    try:
+    with Store(config.state.path) as store:
         provider = build_provider(config, name, store=store)
-    except BaseException:
-        store.close()
-        raise
-    try:
         if args.message is not None:
             return anyio.run(_chat_once, config, provider, store, args)
         anyio.run(_chat_interactive, config, provider, store, args, name)
         return 0
-    finally:
-        store.close()
 
 
 async def _open_session(store: Any, session_id: str | None) -> Any:
@@ -233,11 +226,8 @@ def _pair_list(args: argparse.Namespace) -> int:
 
     from rousseau.state.daemon_state import DaemonState
 
-    store = _store(args)
-    try:
+    with _store(args) as store:
         codes = DaemonState(store).pairing_codes_sync()
-    finally:
-        store.close()
     if not codes:
         print("no pairing codes waiting")
         return 0
@@ -252,11 +242,8 @@ def _pair_approve(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
     from rousseau.state.daemon_state import DaemonState
 
-    store = _store(args)
-    try:
+    with _store(args) as store:
         approved = DaemonState(store).approve_sync(args.code)
-    finally:
-        store.close()
     if approved is None:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
     print(f"admitted {approved.transport} sender {approved.sender_id}")
@@ -279,11 +266,8 @@ def _when(ts: float) -> str:
 
 
 def _session_list(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
+    with _store(args) as store:
         sessions = store.list_sync(args.limit)
-    finally:
-        store.close()
     if not sessions:
         print("no sessions yet")
         return 0
@@ -294,11 +278,8 @@ def _session_list(args: argparse.Namespace) -> int:
 
 
 def _session_search(args: argparse.Namespace) -> int:
-    store = _store(args)
-    try:
+    with _store(args) as store:
         hits = store.search_sync(args.query, args.limit)
-    finally:
-        store.close()
     if not hits:
         print(f"no messages contain {args.query!r}")
         return 0
@@ -312,12 +293,9 @@ def _session_show(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
     from rousseau.transports.terminal import describe_call
 
-    store = _store(args)
-    try:
+    with _store(args) as store:
         session = store.load_sync(args.id)
         info = store.info_sync(args.id)
-    finally:
-        store.close()
     if session is None or info is None:
         raise StoreError(f"no such session: {args.id}")
     for message in session.messages:
@@ -346,11 +324,8 @@ def _session_delete(args: argparse.Namespace) -> int:
     if not args.yes:
         _fail(f"this deletes session {args.id} and all its messages; add --yes to confirm")
         return 2
-    store = _store(args)
-    try:
+    with _store(args) as store:
         deleted = store.delete_sync(args.id)
-    finally:
-        store.close()
     if not deleted:
         raise StoreError(f"no such session: {args.id}")
     print(f"deleted session {args.id}")
@@ -382,11 +357,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"provider   none: {exc}")
     if config.fallback:
         print(f"fallback   {', '.join(config.fallback)}")
-    store = Store(config.state.path)
-    try:
+    with Store(config.state.path) as store:
         count, usage = store.totals_sync()
-    finally:
-        store.close()
     print(f"store      {store.path}: {count} sessions")
     print(f"tokens     {_tokens(usage)}")
     return 0
@@ -449,11 +421,8 @@ def _doctor_store(config: Config, report: Callable[[bool, str, str], None]) -> N
     from rousseau.state import Store
 
     try:
-        store = Store(config.state.path)
-        try:
+        with Store(config.state.path) as store:
             store.check_writable_sync()
-        finally:
-            store.close()
         report(True, "store", f"{store.path} is writable")
     except RousseauError as exc:
         report(False, "store", str(exc))

@@ -318,6 +318,12 @@ class Store:
 
         self._worker.stop(final=checkpoint)
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- async API ------------------------------------------------------------------------
 
     async def create_session(self, session_id: str | None = None, title: str = "") -> Session:

@@ -232,3 +232,10 @@ async def test_external_session_ids() -> None:
     assert await store.delete_session("s")
     assert await store.get_external_session("s", "claudecli") is None
     store.close()
+
+
+def test_store_closes_as_a_context_manager(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as store:
+        store.append_message_sync("a", Message.user("hi"))
+    with pytest.raises(StoreError, match="closed"):
+        store.list_sync()
