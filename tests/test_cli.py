@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,15 +18,7 @@ from tests.fakes.llm import (
     openai_error,
     openai_stream,
 )
-
-SCRIPT = Path(sys.executable).parent / "rousseau"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import ROUSSEAU, free_port
 
 
 @pytest.fixture
@@ -53,7 +43,7 @@ def rousseau(
     *args: str, env: dict[str, str], stdin: str | None = None, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*COMMAND, *args],
+        [*ROUSSEAU, *args],
         env=env,
         input=stdin if stdin is not None else "",
         capture_output=True,
@@ -104,7 +94,7 @@ def test_no_provider_configured_is_one_line(home: Path) -> None:
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(home),
-        "ROUSSEAU_OLLAMA_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1",
+        "ROUSSEAU_OLLAMA_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
     }
     result = rousseau("chat", "-m", "hello", env=env)
     assert result.returncode == 2
@@ -181,7 +171,7 @@ def test_interrupt_stops_a_reply_and_the_chat_goes_on(
         openai_stream(openai_completion("quick answer")),
     )
     proc = subprocess.Popen(
-        [*COMMAND, "chat"],
+        [*ROUSSEAU, "chat"],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

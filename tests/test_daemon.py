@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,15 +17,7 @@ import pytest
 
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, Sleep, openai_completion, openai_stream
 from tests.fakes.telegram import BOT_ID, FakeTelegram
-
-SCRIPT = Path(sys.executable).parent / "rousseau"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import ROUSSEAU, free_port
 
 
 def model(recorded: Recorded) -> Reply:
@@ -86,7 +76,7 @@ class Daemon:
         env = {"PATH": os.environ["PATH"], "HOME": str(self.config.parent)}
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [*COMMAND, "--config", str(self.config), "run"],
+                [*ROUSSEAU, "--config", str(self.config), "run"],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -284,7 +274,7 @@ def test_bot_messages_are_ignored(
 def test_doctor_checks_the_telegram_token(daemon: Daemon, telegram: FakeTelegram) -> None:
     env = {"PATH": os.environ["PATH"], "HOME": str(daemon.config.parent)}
     ok = subprocess.run(
-        [*COMMAND, "--config", str(daemon.config), "doctor"],
+        [*ROUSSEAU, "--config", str(daemon.config), "doctor"],
         env=env,
         capture_output=True,
         text=True,
@@ -294,7 +284,7 @@ def test_doctor_checks_the_telegram_token(daemon: Daemon, telegram: FakeTelegram
     config["telegram"]["token"] = "999:wrong"
     daemon.config.write_text(json.dumps(config))
     bad = subprocess.run(
-        [*COMMAND, "--config", str(daemon.config), "doctor"],
+        [*ROUSSEAU, "--config", str(daemon.config), "doctor"],
         env=env,
         capture_output=True,
         text=True,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -25,17 +26,11 @@ def synapse_python() -> Path | None:
     return next((p for p in candidates if p.exists()), None)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Synapse:
     def __init__(self, python: Path, folder: Path) -> None:
         self.python = python
         self.folder = folder
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server_name = "localhost"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from tests.fakes.llm import (
     anthropic_message,
     anthropic_stream,
 )
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -206,9 +206,7 @@ async def test_streamed_error_is_translated(fake_llm: FakeLLMServer) -> None:
 
 
 async def test_connection_refused_is_one_line() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     p = AnthropicProvider(
         api_key="k", model="m", base_url=f"http://127.0.0.1:{port}", max_retries=0
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -38,6 +37,7 @@ from tests.fakes.llm import (
     bedrock_stream,
     google_token,
 )
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -235,9 +235,7 @@ async def test_auth_failure_fails_fast(cloud: str, fake_llm: FakeLLMServer, tmp_
 
 @pytest.mark.parametrize("cloud", CLOUDS)
 async def test_connection_refused(cloud: str, tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = FakeLLMServer().start()  # serves the token for vertex; the model URL is closed
     try:
         if cloud == "bedrock":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from tests.fakes.llm import (
     openai_error,
     openai_stream,
 )
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -203,9 +203,7 @@ async def test_unauthorized_fails_fast_with_a_clear_line(fake_llm: FakeLLMServer
 
 
 async def test_connection_refused_is_one_line() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     p = OpenAIProvider(
         name="openrouter",
         api_key="k",

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,9 +13,7 @@ from tests.fakes.discord import OWNER_ID, FakeDiscord
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
-
-SCRIPT = Path(sys.executable).parent / "rousseau"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
+from tests.helpers import ROUSSEAU
 
 
 def echo(recorded: Recorded) -> Reply:
@@ -52,13 +49,13 @@ def test_run_serves_every_configured_transport(tmp_path: Path, fake_llm: FakeLLM
     )
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     doctor = subprocess.run(
-        [*COMMAND, "--config", str(config), "doctor"], env=env, capture_output=True, text=True
+        [*ROUSSEAU, "--config", str(config), "doctor"], env=env, capture_output=True, text=True
     )
     assert doctor.returncode == 0, doctor.stdout
     for line in ("ok    telegram", "ok    slack", "ok    discord"):
         assert line in doctor.stdout
     proc = subprocess.Popen(
-        [*COMMAND, "--config", str(config), "run"], env=env, stderr=subprocess.PIPE
+        [*ROUSSEAU, "--config", str(config), "run"], env=env, stderr=subprocess.PIPE
     )
     try:
         slack.wait_connections(1, timeout=30)

@@ -6,15 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.fakes.slack import FakeSlack
-
-SCRIPT = Path(sys.executable).parent / "rousseau"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
+from tests.helpers import ROUSSEAU
 
 
 def echo(recorded: Recorded) -> Reply:
@@ -43,7 +40,7 @@ def test_rousseau_slack_answers_a_dm_in_mrkdwn(tmp_path: Path, fake_llm: FakeLLM
         "SLACK_BOT_TOKEN": slack.bot_token,
     }
     proc = subprocess.Popen(
-        [*COMMAND, "--config", str(config), "slack"], env=env, stderr=subprocess.PIPE, text=True
+        [*ROUSSEAU, "--config", str(config), "slack"], env=env, stderr=subprocess.PIPE, text=True
     )
     try:
         slack.wait_connections(1, timeout=30)
