@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,7 @@ from tests.fakes.llm import (
     anthropic_stream,
 )
 from tests.helpers import free_port
+from tests.providers.clients import close_clients, track  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -48,22 +48,12 @@ TOOL = ToolDefinition(
 )
 
 
-_open: list[AnthropicProvider] = []
-
-
 def provider(server: FakeLLMServer, max_retries: int = 2) -> AnthropicProvider:
     p = AnthropicProvider(
         api_key="sk-ant-test", model="claude-test", base_url=server.url, max_retries=max_retries
     )
-    _open.append(p)
+    track(p)
     return p
-
-
-@pytest.fixture(autouse=True)
-async def _close_clients() -> AsyncIterator[None]:
-    yield
-    while _open:
-        await _open.pop().aclose()
 
 
 def request(*messages: Message) -> Request:
@@ -210,7 +200,7 @@ async def test_connection_refused_is_one_line() -> None:
     p = AnthropicProvider(
         api_key="k", model="m", base_url=f"http://127.0.0.1:{port}", max_retries=0
     )
-    _open.append(p)
+    track(p)
     with pytest.raises(ProviderError) as err:
         await p.complete(request())
     assert str(err.value) == (
@@ -227,7 +217,7 @@ async def test_check_lists_models(fake_llm: FakeLLMServer) -> None:
 async def test_timeout_is_honoured(fake_llm: FakeLLMServer) -> None:
     fake_llm.push(Sleep(3, JSONReply(anthropic_message(a_text("late")))))
     p = AnthropicProvider(api_key="k", model="m", base_url=fake_llm.url, max_retries=0, timeout=0.5)
-    _open.append(p)
+    track(p)
     with pytest.raises(
         ProviderError, match=r"^anthropic: timed out talking to http://127\.0\.0\.1"
     ):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from tests.fakes.llm import (
     google_token,
 )
 from tests.helpers import free_port
+from tests.providers.clients import close_clients, track  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -50,7 +51,6 @@ TOOL = ToolDefinition(
         "required": ["path", "content"],
     },
 )
-_open: list[MessagesProvider] = []
 
 
 @pytest.fixture(autouse=True)
@@ -71,18 +71,11 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-@pytest.fixture(autouse=True)
-async def _close_clients() -> AsyncIterator[None]:
-    yield
-    while _open:
-        await _open.pop().aclose()
-
-
 def bedrock(server: FakeLLMServer, **kw: Any) -> BedrockProvider:
     p = BedrockProvider(
         model="anthropic.claude-test-v1:0", region="us-east-1", base_url=server.url, **kw
     )
-    _open.append(p)
+    track(p)
     return p
 
 
@@ -124,7 +117,7 @@ def vertex(server: FakeLLMServer, tmp_path: Path, **kw: Any) -> VertexProvider:
         base_url=server.url + "/v1",
         **kw,
     )
-    _open.append(p)
+    track(p)
     return p
 
 
@@ -250,7 +243,7 @@ async def test_connection_refused(cloud: str, tmp_path: Path) -> None:
                 base_url=f"http://127.0.0.1:{port}/v1",
                 max_retries=0,
             )
-        _open.append(p)
+        track(p)
         with pytest.raises(
             ProviderError, match=rf"^{cloud}: cannot connect to http://127.0.0.1:{port}"
         ):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from tests.fakes.llm import (
     openai_stream,
 )
 from tests.helpers import free_port
+from tests.providers.clients import close_clients, track  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.anyio
 
@@ -44,7 +44,6 @@ TOOL = ToolDefinition(
         "required": ["command"],
     },
 )
-_open: list[OpenAIProvider] = []
 
 
 def provider(server: FakeLLMServer, name: str = "openai", max_retries: int = 2) -> OpenAIProvider:
@@ -55,15 +54,8 @@ def provider(server: FakeLLMServer, name: str = "openai", max_retries: int = 2) 
         base_url=server.url + "/v1",
         max_retries=max_retries,
     )
-    _open.append(p)
+    track(p)
     return p
-
-
-@pytest.fixture(autouse=True)
-async def _close_clients() -> AsyncIterator[None]:
-    yield
-    while _open:
-        await _open.pop().aclose()
 
 
 def request() -> Request:
@@ -211,7 +203,7 @@ async def test_connection_refused_is_one_line() -> None:
         base_url=f"http://127.0.0.1:{port}/v1",
         max_retries=0,
     )
-    _open.append(p)
+    track(p)
     with pytest.raises(ProviderError) as err:
         await p.complete(request())
     assert str(err.value) == (
@@ -230,7 +222,7 @@ async def test_timeout_is_honoured(fake_llm: FakeLLMServer) -> None:
     p = OpenAIProvider(
         api_key="k", model="m", base_url=fake_llm.url + "/v1", max_retries=0, timeout=0.5
     )
-    _open.append(p)
+    track(p)
     with pytest.raises(ProviderError, match=r"^openai: timed out talking to http://127\.0\.0\.1"):
         await p.complete(request())
 
