@@ -150,8 +150,8 @@ def build_transports(config: Config, only: str | None = None) -> dict[str, Trans
         built[name] = builder(getattr(config, name, None))
     if not built:
         raise ConfigError(
-            "no transport configured: add a section for telegram, slack, discord, signal or "
-            "matrix with its credentials (or set TELEGRAM_BOT_TOKEN, ...); see config/config.yaml"
+            f"no transport configured: add a section for one of {', '.join(_BUILDERS)} with its "
+            "credentials (or set TELEGRAM_BOT_TOKEN, ...); see config/config.yaml"
         )
     return built
 
@@ -190,57 +190,26 @@ class Daemon:
         self.transports = transports if transports is not None else build_transports(config, only)
         self.chat_policies = {**policies(config), **(chat_policies or {})}
         self.metrics = Metrics()
-        self._stopping = False
         self._stop = anyio.Event()
 
     async def run(self) -> int:
         config = self.config
         store = Store(config.state.path)
-        for name, transport in self.transports.items():
-            bind = getattr(transport, "bind_state", None)
-            if bind is not None:
-                bind(TransportState(store, name))
-        if self.provider is not None:
-            provider, name, why = self.provider, self.provider.name, "given by the caller"
-        else:
-            name, why = await anyio.to_thread.run_sync(detect_provider, config)
-            provider = build_provider(config, name, store=store)
-        log.info("daemon.starting", provider=name, reason=why, transports=sorted(self.transports))
-        agent = build_agent(config, provider, store)
-        rl = config.ratelimit
-        router = Router(
-            agent=agent,
-            store=store,
-            transports=self.transports,
-            policies=self.chat_policies,
-            rate_limiter=RateLimiter(
-                parse_rate(rl.default),
-                {k: parse_rate(v) for k, v in rl.per_transport.items()},
-                rl.max_keys,
-            ),
-            denied_reply=rl.denied_reply,
-            max_concurrent_turns=config.max_concurrent_turns,
-            metrics=self.metrics,
-        )
+        provider: Provider | None = None
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._signals)
-                await tg.start(router.run)
-                for transport in self.transports.values():
-                    tg.start_soon(self._supervise, transport, router)
-                    tg.start_soon(router.deliver, transport.name)
-                if config.health is not None:
-                    await tg.start(self._health, config.health.listen)
-                self._watchdog(tg)
-                sd_notify("READY=1")
-                log.info("daemon.ready")
-                await self._stop.wait()
-                sd_notify("STOPPING=1")
-                log.info("daemon.stopping", grace=config.shutdown_grace)
-                for transport in self.transports.values():
-                    await transport.stop()
-                await router.drain(config.shutdown_grace)
-                tg.cancel_scope.cancel()
+            for name, transport in self.transports.items():
+                bind = getattr(transport, "bind_state", None)
+                if bind is not None:
+                    bind(TransportState(store, name))
+            if self.provider is not None:
+                provider, name, why = self.provider, self.provider.name, "given by the caller"
+            else:
+                name, why = await anyio.to_thread.run_sync(detect_provider, config)
+                provider = build_provider(config, name, store=store)
+            log.info(
+                "daemon.starting", provider=name, reason=why, transports=sorted(self.transports)
+            )
+            await self._serve(self._router(provider, store))
         finally:
             with anyio.CancelScope(shield=True):
                 for transport in self.transports.values():
@@ -254,8 +223,47 @@ class Daemon:
         log.info("daemon.stopped")
         return 0
 
+    def _router(self, provider: Provider, store: Store) -> Router:
+        config = self.config
+        rl = config.ratelimit
+        return Router(
+            agent=build_agent(config, provider, store),
+            store=store,
+            transports=self.transports,
+            policies=self.chat_policies,
+            rate_limiter=RateLimiter(
+                parse_rate(rl.default),
+                {k: parse_rate(v) for k, v in rl.per_transport.items()},
+                rl.max_keys,
+            ),
+            denied_reply=rl.denied_reply,
+            max_concurrent_turns=config.max_concurrent_turns,
+            metrics=self.metrics,
+        )
+
+    async def _serve(self, router: Router) -> None:
+        """Everything runs in one task group until a signal or stop(); then a graceful stop."""
+        config = self.config
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._signals)
+            await tg.start(router.run)
+            for transport in self.transports.values():
+                tg.start_soon(self._supervise, transport, router)
+                tg.start_soon(router.deliver, transport.name)
+            if config.health is not None:
+                await tg.start(self._health, config.health.listen)
+            self._watchdog(tg)
+            sd_notify("READY=1")
+            log.info("daemon.ready")
+            await self._stop.wait()
+            sd_notify("STOPPING=1")
+            log.info("daemon.stopping", grace=config.shutdown_grace)
+            for transport in self.transports.values():
+                await transport.stop()
+            await router.drain(config.shutdown_grace)
+            tg.cancel_scope.cancel()
+
     def stop(self) -> None:
-        self._stopping = True
         self._stop.set()
 
     async def _signals(self) -> None:
@@ -268,19 +276,19 @@ class Daemon:
     async def _supervise(self, transport: Transport, router: Router) -> None:
         """Keep one transport running; failures restart it with capped exponential backoff."""
         failures = 0
-        while not self._stopping:
+        while not self._stop.is_set():
             started = time.monotonic()
             try:
                 await transport.run(router.submit)
             except Exception as exc:
-                if self._stopping:
+                if self._stop.is_set():
                     return
                 if getattr(exc, "permanent", False):
                     # Retrying cannot help (a logged-out session): stay down, health stays red.
                     log.error("transport.stopped", transport=transport.name, error=str(exc))
                     return
                 log.error("transport.failed", transport=transport.name, error=str(exc))
-            if self._stopping:
+            if self._stop.is_set():
                 return
             if time.monotonic() - started > 60:
                 failures = 0
