@@ -13,6 +13,18 @@ if TYPE_CHECKING:
 Handler = Callable[[argparse.Namespace], int]
 
 
+TRANSPORT_LABELS = {
+    "telegram": "Telegram",
+    "slack": "Slack",
+    "discord": "Discord",
+    "signal": "Signal",
+    "matrix": "Matrix",
+    "whatsapp": "WhatsApp",
+    "imessage": "iMessage",
+    "email": "email",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rousseau",
@@ -50,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="the daemon: every configured transport")
     run.set_defaults(func=_run, only=None)
-    for name in ("telegram", "slack", "discord", "signal", "matrix", "whatsapp"):
-        alone = sub.add_parser(name, help=f"run the {name.capitalize()} transport alone")
+    for name, label in TRANSPORT_LABELS.items():
+        alone = sub.add_parser(name, help=f"run the {label} transport alone")
         alone.set_defaults(func=_run, only=name)
         if name == "whatsapp":
             alone.add_argument(

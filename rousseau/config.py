@@ -286,36 +286,52 @@ class SignalConfig(TransportConfig):
     extra_args: list[str] = Field(default_factory=list)
 
 
-class IMessageConfig(Section):
+def _security(value: Any) -> Any:
+    """`tls: true` is TLS from the first byte, `false` plain text; `starttls` upgrades."""
+    if isinstance(value, bool) or value in ("true", "false"):
+        return "tls" if value in (True, "true") else "plain"
+    return value
+
+
+class IMessageConfig(TransportConfig):
     base_url: str | None = None
     password: SecretStr | None = None
     poll_interval: Duration = 5.0
-    allowlist: list[SenderId] = Field(default_factory=list)
-    reply_header: str = ""
+    private_api: bool = False
+    mention_names: list[str] = Field(default_factory=lambda: ["rousseau"])
 
 
-class EmailConfig(Section):
+class EmailConfig(TransportConfig):
     imap_addr: str | None = None
     imap_username: str | None = None
     imap_password: SecretStr | None = None
     mailbox: str = "INBOX"
     poll_interval: Duration = 60.0
+    idle: bool = True
     smtp_addr: str | None = None
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
     from_: str | None = Field(default=None, alias="from")
-    tls: bool = True
-    allowlist: list[SenderId] = Field(default_factory=list)
-    reply_header: str = ""
+    tls: Annotated[Literal["tls", "starttls", "plain"], BeforeValidator(_security)] = "tls"
+    ca_file: str | None = None
 
 
-class SMSConfig(Section):
+class SMSWebhookConfig(Section):
+    listen: str = "127.0.0.1:8088"
+    path: str = "/sms/twilio"
+    public_url: str | None = None
+
+
+class SMSConfig(TransportConfig):
     provider: Literal["twilio", "vonage"] = "twilio"
     from_: str | None = Field(default=None, alias="from")
     account_sid: str | None = None
     auth_token: SecretStr | None = None
-    api_key: SecretStr | None = None
+    api_key: str | None = None
+    api_secret: SecretStr | None = None
     base_url: str | None = None
+    status_timeout: Duration = 30.0
+    webhook: SMSWebhookConfig | None = None
 
 
 class Config(Section):
@@ -386,6 +402,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "EMAIL_SMTP_PASSWORD": ("email", "smtp_password"),
     "BLUEBUBBLES_PASSWORD": ("imessage", "password"),
     "TWILIO_AUTH_TOKEN": ("sms", "auth_token"),
+    "VONAGE_API_SECRET": ("sms", "api_secret"),
 }
 _NOT_SETTINGS = frozenset({"ROUSSEAU_CONFIG"})
 

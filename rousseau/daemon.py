@@ -129,6 +129,32 @@ def _whatsapp(section: Any) -> Transport:
     return WhatsAppTransport(NeonizeClient(str(store)))
 
 
+def _email(section: Any) -> Transport:
+    if section is None or not section.imap_addr or not section.smtp_addr:
+        raise ConfigError("email: set imap_addr and smtp_addr")
+    if not section.imap_username or section.imap_password is None:
+        raise ConfigError("email: set imap_username and imap_password (or EMAIL_IMAP_PASSWORD)")
+    address = section.from_ or section.imap_username
+    if "@" not in address:
+        raise ConfigError("email.from: not set; the bot's address, e.g. bot@example.org")
+    from rousseau.transports.mail import EmailTransport
+
+    return EmailTransport(
+        imap_addr=section.imap_addr,
+        username=section.imap_username,
+        password=section.imap_password.get_secret_value(),
+        smtp_addr=section.smtp_addr,
+        from_addr=address,
+        smtp_username=section.smtp_username,
+        smtp_password=_secret(section.smtp_password),
+        mailbox=section.mailbox,
+        poll_interval=section.poll_interval,
+        security=section.tls,
+        idle=section.idle,
+        ca_file=section.ca_file,
+    )
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -136,6 +162,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "signal": _signal,
     "matrix": _matrix,
     "whatsapp": _whatsapp,
+    "email": _email,
 }
 
 

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import gc
+import shutil
 import subprocess
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.llm import FakeLLMServer
+from tests.mail.dovecot import Dovecot, dovecot_binary
 from tests.matrix.synapse import Synapse, synapse_python
 
 # neonize runs `os.popen("uname -a")` at import and never closes it. The Popen parks itself
@@ -51,3 +54,19 @@ def fake_llm() -> Iterator[FakeLLMServer]:
     server = FakeLLMServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def dovecot() -> Iterator[Dovecot]:
+    binary = dovecot_binary()
+    if binary is None:
+        pytest.skip(
+            "Dovecot is not installed: install the Debian package dovecot-imapd, as .ci/run "
+            "does, or set ROUSSEAU_TEST_DOVECOT to its binary"
+        )
+    # its own folder under the system temp dir: pytest's are closed to dovecot's own users
+    root = Path(tempfile.mkdtemp(prefix="rousseau-dovecot-"))
+    server = Dovecot(binary, root).start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)

@@ -20,6 +20,7 @@ from rousseau.daemon import Daemon
 from rousseau.router import ChatPolicy
 from tests.transports.conformance import Delivered, Harness
 from tests.transports.harness_discord import DiscordHarness
+from tests.transports.harness_email import EmailHarness
 from tests.transports.harness_matrix import MatrixHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.anyio
 
 HARNESSES: dict[str, Callable[[], Any]] = {
     "discord": DiscordHarness,
+    "email": EmailHarness,
     "matrix": MatrixHarness,
     "signal": SignalHarness,
     "slack": SlackHarness,
@@ -43,6 +45,8 @@ FENCE = re.compile(r"^(```|~~~)", re.M)
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "matrix":  # a real homeserver, started once for the session
         made = MatrixHarness(request.getfixturevalue("synapse"))
+    elif request.param == "email":  # a real IMAP server, started once for the session
+        made = EmailHarness(request.getfixturevalue("dovecot"))
     else:
         made = HARNESSES[request.param]()
     yield made
@@ -135,7 +139,7 @@ async def test_group_needs_a_mention(harness: Harness, tmp_path: Path) -> None:
 async def test_long_reply_is_split_with_nothing_lost(harness: Harness, tmp_path: Path) -> None:
     async with daemon(harness, tmp_path):
         await act(harness.dm, "say something long")
-        await delivered(harness, 2)
+        await delivered(harness, getattr(harness, "long_parts", 2))
         await settle()
     parts = [d.text for d in harness.delivered()]
     assert all(harness.measure(p) <= harness.limit for p in parts)
@@ -188,7 +192,9 @@ async def test_typing_is_shown_while_a_slow_reply_is_written(
     harness: Harness, tmp_path: Path
 ) -> None:
     if not hasattr(harness, "typing_shown"):
-        pytest.skip(f"the {harness.name} harness cannot observe a typing indicator")
+        pytest.skip(
+            getattr(harness, "no_typing", f"the {harness.name} harness cannot observe a typing")
+        )
     async with daemon(harness, tmp_path):
         await act(harness.dm, "slow one please")
         await delivered(harness, 1)

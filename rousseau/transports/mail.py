@@ -1,0 +1,483 @@
+"""Email: IMAP in (IDLE where the server has it, polling otherwise), SMTP out.
+
+IMAP goes through IMAPClient (imaplib underneath: TLS, STARTTLS and IDLE) on a worker thread,
+one call at a time; SMTP through aiosmtplib. A message is marked seen only after the router
+has persisted it, and its Message-ID is the inbound id, so a crash in between replays it into
+the router's duplicate check rather than into a second answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from email import policy
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.parser import BytesParser
+from email.utils import formatdate, getaddresses, make_msgid, parseaddr
+from html.parser import HTMLParser
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+
+if TYPE_CHECKING:
+    from imapclient import IMAPClient
+
+log = structlog.get_logger("rousseau.email")
+
+MAX_LENGTH = 1_000_000  # one reply is one mail: no platform limit worth splitting for
+Security = Literal["tls", "starttls", "plain"]
+T = TypeVar("T")
+
+_QUOTE_CLASSES = ("gmail_quote", "moz-cite-prefix", "yahoo_quoted", "protonmail_quote")
+_CUT_IDS = ("divrplyfwdmsg", "appendonsend")  # Outlook: everything after is the old thread
+_BLOCKS = frozenset(
+    "p div br tr li ul ol h1 h2 h3 h4 h5 h6 pre table section article header footer".split()
+)
+_SKIP = frozenset({"script", "style", "head", "title"})
+
+
+class MailError(ConnectionError):
+    pass
+
+
+# -- reading a message --------------------------------------------------------------------
+
+
+class _TextOfHtml(HTMLParser):
+    """HTML to readable text, dropping quoted history (blockquotes, the clients' quote blocks).
+
+    Written on the standard parser because the converters on offer keep quoted replies, and
+    dropping them is the point here."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skipping: tuple[str, int] | None = None  # (tag, depth) of a dropped element
+        self._cut = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._cut:
+            return
+        if self._skipping is not None:
+            name, depth = self._skipping
+            if tag == name:
+                self._skipping = (name, depth + 1)
+            return
+        found = dict(attrs)
+        classes = (found.get("class") or "").lower()
+        if (found.get("id") or "").lower() in _CUT_IDS:
+            self._cut = True
+        elif tag in _SKIP or tag == "blockquote" or any(c in classes for c in _QUOTE_CLASSES):
+            self._skipping = (tag, 1)
+        elif tag in _BLOCKS:
+            self.parts.append("\n")
+            if tag == "li":
+                self.parts.append("- ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._skipping is not None:
+            name, depth = self._skipping
+            if tag == name:
+                self._skipping = None if depth == 1 else (name, depth - 1)
+            return
+        if tag in _BLOCKS and tag not in ("br", "li"):
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._skipping is None and not self._cut:
+            self.parts.append(data)
+
+    def text(self) -> str:
+        lines = (" ".join(line.split()) for line in "".join(self.parts).splitlines())
+        return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def html_to_text(html: str) -> str:
+    parser = _TextOfHtml()
+    parser.feed(html)
+    parser.close()
+    return parser.text()
+
+
+def strip_reply(text: str) -> str:
+    """The new part of a reply: quoted history and the signature removed."""
+    from email_reply_parser import EmailReplyParser
+
+    return str(EmailReplyParser.parse_reply(text)).strip()
+
+
+def body_text(message: EmailMessage) -> str:
+    """What the correspondent wrote: text/plain preferred, HTML converted, quotes stripped."""
+    part = message.get_body(preferencelist=("plain", "html"))
+    if part is None:
+        return ""
+    try:
+        content = part.get_content()
+    except (LookupError, UnicodeError):  # an unknown or lying charset
+        payload = part.get_payload(decode=True)
+        content = payload.decode("utf-8", errors="replace") if isinstance(payload, bytes) else ""
+    if not isinstance(content, str):
+        return ""
+    if part.get_content_subtype() == "html":
+        content = html_to_text(content)
+    return strip_reply(content.replace("\r\n", "\n"))
+
+
+def _address(value: str | None) -> str:
+    return parseaddr(value or "")[1].strip().lower()
+
+
+def _addresses(message: EmailMessage, *names: str) -> list[str]:
+    values = [str(v) for name in names for v in message.get_all(name, [])]
+    return [addr.lower() for _, addr in getaddresses(values) if addr]
+
+
+def _domain(address: str) -> str:
+    return address.rpartition("@")[2]
+
+
+def _aligned(one: str, other: str) -> bool:
+    return one == other or one.endswith("." + other) or other.endswith("." + one)
+
+
+def suspicion(message: EmailMessage, sender: str) -> str | None:
+    """Why this message may not really be from `sender`, or None.
+
+    Only the topmost Authentication-Results header counts: it is the receiving server's own,
+    while anything below it came with the message and may be forged. It is used only to
+    refuse, never to admit."""
+    results = message.get("Authentication-Results")
+    if results is not None:
+        verdicts = dict(re.findall(r"\b(spf|dkim|dmarc)=([a-z]+)", str(results).lower()))
+        if verdicts.get("dmarc") == "fail":
+            return "dmarc=fail"
+        if "dmarc" not in verdicts and "pass" not in verdicts.values():
+            failed = [k for k, v in verdicts.items() if v in ("fail", "softfail")]
+            if failed:
+                return f"{failed[0]}={verdicts[failed[0]]}"
+    envelope = _address(message.get("Return-Path"))
+    if envelope and not _aligned(_domain(envelope), _domain(sender)):
+        return f"envelope sender {envelope} does not match From"
+    return None
+
+
+def is_automatic(message: EmailMessage) -> bool:
+    """Bounces, auto-replies and bulk mail: answering them starts mail loops."""
+    submitted = str(message.get("Auto-Submitted", "no")).strip().lower()
+    precedence = str(message.get("Precedence", "")).strip().lower()
+    return_path = message.get("Return-Path")
+    bounce = return_path is not None and str(return_path).strip() in ("<>", "")
+    return submitted != "no" or precedence in ("bulk", "junk", "list") or bounce
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """What a reply needs from the message it answers."""
+
+    subject: str
+    references: tuple[str, ...]
+
+    def dumps(self) -> str:
+        return json.dumps({"subject": self.subject, "references": list(self.references)})
+
+    @classmethod
+    def loads(cls, raw: str) -> Thread:
+        data = json.loads(raw)
+        return cls(str(data["subject"]), tuple(str(r) for r in data["references"]))
+
+
+def _ids(value: Any) -> list[str]:
+    return re.findall(r"<[^<>\s]+>", str(value or ""))
+
+
+# -- the transport --------------------------------------------------------------------------
+
+
+def split_addr(addr: str, default_port: int) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":") if ":" in addr else (addr, "", "")
+    return host.strip("[]"), int(port) if port else default_port
+
+
+class EmailTransport:
+    name = "email"
+    max_length = MAX_LENGTH
+    measure = staticmethod(len)
+
+    def __init__(
+        self,
+        *,
+        imap_addr: str,
+        username: str,
+        password: str,
+        smtp_addr: str,
+        from_addr: str | None = None,
+        smtp_username: str | None = None,
+        smtp_password: str | None = None,
+        mailbox: str = "INBOX",
+        poll_interval: float = 60.0,
+        security: Security = "tls",
+        idle: bool = True,
+        ca_file: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.security = security
+        imap_port = 993 if security == "tls" else 143
+        smtp_port = {"tls": 465, "starttls": 587, "plain": 25}[security]
+        self.imap_host, self.imap_port = split_addr(imap_addr, imap_port)
+        self.smtp_host, self.smtp_port = split_addr(smtp_addr, smtp_port)
+        self.username = username
+        self.password = password
+        self.smtp_username = smtp_username if smtp_username is not None else username
+        self.smtp_password = smtp_password if smtp_password is not None else password
+        self.address = (from_addr or username).lower()
+        if "@" not in self.address:
+            raise ValueError("email: set `from` to the bot's address")
+        self.mailbox = mailbox
+        self.poll_interval = poll_interval
+        self.idle = idle
+        self.ca_file = ca_file
+        self.timeout = timeout
+        self._state: KeyValue = MemoryKeyValue()
+        self._client: IMAPClient | None = None
+        self._stop = anyio.Event()
+
+    def bind_state(self, state: KeyValue) -> None:
+        self._state = state
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    # IMAPClient is blocking: every call runs on a worker thread, one at a time.
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+        except (OSError, EOFError) as exc:
+            raise MailError(f"email: IMAP {fn.__name__} failed: {exc}") from exc
+        except Exception as exc:
+            if type(exc).__module__.startswith(("imaplib", "imapclient")):
+                raise MailError(f"email: IMAP {fn.__name__} failed: {exc}") from exc
+            raise
+
+    def _connect(self) -> IMAPClient:
+        from imapclient import IMAPClient
+
+        client = IMAPClient(
+            self.imap_host,
+            port=self.imap_port,
+            ssl=self.security == "tls",
+            ssl_context=self._tls_context() if self.security == "tls" else None,
+            timeout=self.timeout,
+        )
+        try:
+            if self.security == "starttls":
+                client.starttls(self._tls_context())
+            client.login(self.username, self.password)
+            client.select_folder(self.mailbox)
+        except BaseException:
+            client.shutdown()
+            raise
+        return client
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._stop = anyio.Event()
+        client = await self._call(self._connect)
+        self._client = client
+        idle = self.idle and client.has_capability("IDLE")
+        log.info("email.connected", address=self.address, mailbox=self.mailbox, idle=idle)
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def watch_stop() -> None:
+                    await self._stop.wait()
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch_stop)
+                task_status.started()
+                while True:
+                    await self._drain(client, handler)
+                    if idle:
+                        await self._call(self._idle_wait, client)
+                    else:
+                        await anyio.sleep(self.poll_interval)
+        finally:
+            self._client = None
+            # wakes a worker thread still blocked on the socket; it then ends on its own
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await anyio.to_thread.run_sync(_shutdown, client, abandon_on_cancel=True)
+
+    def _idle_wait(self, client: IMAPClient) -> None:
+        """Wait for the server to announce mail, at most poll_interval (a missed push is
+        picked up by the next round)."""
+        client.idle()
+        try:
+            client.idle_check(timeout=self.poll_interval)
+        finally:
+            client.idle_done()
+
+    async def _drain(self, client: IMAPClient, handler: InboundHandler) -> None:
+        """Take every unseen message; search again until none is left, so mail that arrived
+        while we worked is not left waiting for the next IDLE round."""
+        while uids := sorted(await self._call(client.search, ["UNSEEN"])):
+            for uid in uids:
+                await self._take(client, handler, uid)
+
+    async def _take(self, client: IMAPClient, handler: InboundHandler, uid: int) -> None:
+        if True:
+            fetched = await self._call(client.fetch, [uid], ["BODY.PEEK[]"])
+            raw = fetched.get(uid, {}).get(b"BODY[]")
+            if isinstance(raw, bytes):
+                inbound = await self._read(raw, uid)
+                if inbound is not None:
+                    await handler(inbound)  # returns once persisted
+            await self._call(client.add_flags, [uid], [b"\\Seen"])
+
+    async def _read(self, raw: bytes, uid: int) -> Inbound | None:
+        try:
+            message = BytesParser(policy=policy.default).parsebytes(raw)
+            assert isinstance(message, EmailMessage)
+            return await self._normalise(message, uid)
+        except Exception as exc:  # a malformed message must not stop the mailbox
+            log.warning("email.bad_message", uid=uid, error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    async def _normalise(self, message: EmailMessage, uid: int) -> Inbound | None:
+        senders = _addresses(message, "From")
+        if len(senders) != 1:
+            log.info("email.ignored", uid=uid, reason="no single From address")
+            return None
+        sender = senders[0]
+        if sender == self.address:
+            return None
+        if is_automatic(message):
+            log.info("email.ignored", uid=uid, reason="automatic message", sender=sender)
+            return None
+        doubt = suspicion(message, sender)
+        if doubt is not None:
+            log.warning("email.suspect_sender", uid=uid, sender=sender, reason=doubt)
+            return None
+        text = body_text(message) or str(message.get("Subject", "")).strip()
+        if not text:
+            log.info("email.ignored", uid=uid, reason="empty", sender=sender)
+            return None
+        message_id = _ids(message.get("Message-ID"))
+        own_id = message_id[0] if message_id else f"<uid-{uid}@{self.imap_host}>"
+        references = _ids(message.get("References")) or _ids(message.get("In-Reply-To"))
+        root = references[0] if references else own_id
+        subject = str(message.get("Subject", "")).strip()
+        await self._state.set(
+            f"thread:{own_id}", Thread(subject, (*references, own_id)[-20:]).dumps()
+        )
+        to = _addresses(message, "To")
+        cc = _addresses(message, "Cc")
+        others = set(to + cc) - {self.address, sender}
+        _, name = parseaddr(str(message.get("From", "")))
+        return Inbound(
+            transport=self.name,
+            chat_id=sender,
+            sender_id=sender,
+            message_id=own_id,
+            text=text,
+            is_group=bool(others),
+            mentioned=self.address in to or self.address not in cc,
+            thread_id=root,
+            sender_name=name,
+        )
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def compose(self, message: Outbound) -> EmailMessage:
+        """The reply as a mail: threaded under what it answers, text and HTML alternatives."""
+        import markdown
+
+        thread: Thread | None = None
+        if message.reply_to:
+            stored = await self._state.get(f"thread:{message.reply_to}")
+            thread = Thread.loads(stored) if stored else None
+        mail = EmailMessage()
+        mail["From"] = Address(addr_spec=self.address)
+        mail["To"] = message.chat_id
+        subject = thread.subject if thread else ""
+        if not subject:
+            subject = "Message from rousseau"
+        elif not subject.lower().startswith("re:"):
+            subject = f"Re: {subject}"
+        mail["Subject"] = subject
+        mail["Date"] = formatdate(localtime=True)
+        mail["Message-ID"] = make_msgid(domain=_domain(self.address))
+        if thread is not None:
+            mail["In-Reply-To"] = thread.references[-1]
+            mail["References"] = " ".join(thread.references)
+        mail["Auto-Submitted"] = "auto-replied"  # RFC 3834: other robots must not answer
+        mail.set_content(message.text)
+        html = markdown.markdown(message.text, extensions=["fenced_code", "tables"])
+        mail.add_alternative(f"<html><body>{html}</body></html>", subtype="html")
+        return mail
+
+    async def send(self, message: Outbound) -> None:
+        import aiosmtplib
+
+        mail = await self.compose(message)
+        try:
+            await aiosmtplib.send(
+                mail,
+                hostname=self.smtp_host,
+                port=self.smtp_port,
+                username=self.smtp_username or None,
+                password=self.smtp_password or None,
+                use_tls=self.security == "tls",
+                start_tls=self.security == "starttls",
+                tls_context=self._tls_context() if self.security != "plain" else None,
+                timeout=self.timeout,
+            )
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            raise MailError(f"email: sending to {message.chat_id} failed: {exc}") from exc
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        return None  # mail has no typing indicator
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def check(self) -> str:
+        """Log in to IMAP and SMTP and leave again, proving the settings."""
+        import aiosmtplib
+
+        client = await self._call(self._connect)
+        await self._call(_shutdown, client)
+        smtp = aiosmtplib.SMTP(
+            hostname=self.smtp_host,
+            port=self.smtp_port,
+            use_tls=self.security == "tls",
+            start_tls=self.security == "starttls",
+            tls_context=self._tls_context() if self.security != "plain" else None,
+            timeout=self.timeout,
+        )
+        try:
+            await smtp.connect()
+            if self.smtp_username and self.smtp_password:
+                await smtp.login(self.smtp_username, self.smtp_password)
+            await smtp.quit()
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            raise MailError(f"email: SMTP {self.smtp_host}:{self.smtp_port}: {exc}") from exc
+        return f"{self.address} (IMAP {self.imap_host}:{self.imap_port}, SMTP {self.smtp_port})"
+
+
+def _shutdown(client: IMAPClient) -> None:
+    try:
+        client.shutdown()
+    except OSError:
+        pass

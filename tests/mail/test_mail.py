@@ -1,0 +1,271 @@
+"""Email against a real Dovecot (IMAP in) and a real aiosmtpd server (SMTP out)."""
+
+from __future__ import annotations
+
+import ssl
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rousseau.transports.mail import (
+    EmailTransport,
+    body_text,
+    html_to_text,
+    is_automatic,
+    suspicion,
+)
+from tests.fakes.smtp import SMTPSink
+from tests.mail.dovecot import Dovecot
+from tests.transports.harness_email import EmailHarness, mail
+from tests.transports.test_conformance import act, daemon, delivered, settle
+
+pytestmark = pytest.mark.anyio
+
+
+def parse(raw: bytes) -> EmailMessage:
+    message = BytesParser(policy=policy.default).parsebytes(raw)
+    assert isinstance(message, EmailMessage)
+    return message
+
+
+@pytest.fixture
+def harness(dovecot: Dovecot) -> EmailHarness:
+    made = EmailHarness(dovecot)
+    yield made  # type: ignore[misc]
+    made.close()
+
+
+# -- reading mail ----------------------------------------------------------------------------
+
+
+def test_html_becomes_text_without_the_quoted_thread() -> None:
+    html = """<html><head><style>p {color: red}</style></head><body>
+    <p>Can you <b>check</b> the logs?</p><ul><li>web</li><li>db</li></ul>
+    <div class="gmail_quote">On Mon, Bot wrote:<blockquote>old text</blockquote></div>
+    </body></html>"""
+    assert html_to_text(html) == "Can you check the logs?\n\n- web\n- db"
+
+
+def test_outlook_history_is_cut() -> None:
+    html = '<div>Yes please.</div><div id="divRplyFwdMsg"><b>From:</b> Bot</div><p>old</p>'
+    assert html_to_text(html) == "Yes please."
+
+
+def test_plain_text_loses_quotes_and_signature() -> None:
+    text = (
+        "Thanks, that works.\n\n-- \nAlice\nHead of Things\n\n"
+        "On Mon, Nov 30, 2026 at 9:00 AM Bot <bot@example.org> wrote:\n> echo: hello\n"
+    )
+    assert body_text(mail("a@example.org", ["b@example.org"], text)) == "Thanks, that works."
+
+
+def test_html_only_multipart_is_read() -> None:
+    message = EmailMessage()
+    message["From"] = "a@example.org"
+    message.set_content(
+        "<p>What is <i>two</i> plus two?</p><blockquote>quoted</blockquote>", subtype="html"
+    )
+    message.add_attachment(b"\x89PNG", maintype="image", subtype="png", filename="x.png")
+    assert body_text(message) == "What is two plus two?"
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"Return_Path": "<owner@evil.example>"}, "envelope sender"),
+        (
+            {"Authentication_Results": "mx.example.org; dmarc=fail header.from=example.org"},
+            "dmarc=fail",
+        ),
+        (
+            {"Authentication_Results": "mx.example.org; spf=fail smtp.mailfrom=example.org"},
+            "spf=fail",
+        ),
+    ],
+)
+def test_spoofed_senders_are_suspect(headers: dict[str, str], reason: str) -> None:
+    message = mail("owner@example.org", ["bot@example.org"], "hi", **headers)
+    found = suspicion(message, "owner@example.org")
+    assert found is not None and reason in found
+
+
+def test_genuine_senders_are_not_suspect() -> None:
+    message = mail(
+        "owner@example.org",
+        ["bot@example.org"],
+        "hi",
+        Authentication_Results="mx.example.org; spf=pass; dkim=pass; dmarc=pass",
+        Return_Path="<bounces+x@mail.example.org>",
+    )
+    assert suspicion(message, "owner@example.org") is None
+
+
+def test_only_the_receiving_servers_results_count() -> None:
+    """A forged 'pass' further down cannot outvote the receiving server's 'fail' on top."""
+    message = mail("owner@example.org", ["bot@example.org"], "hi")
+    message["Authentication-Results"] = "mx.example.org; dmarc=fail"
+    message["Authentication-Results"] = "evil.example; dmarc=pass"
+    assert suspicion(message, "owner@example.org") == "dmarc=fail"
+
+
+def test_automatic_mail_is_recognised() -> None:
+    assert is_automatic(mail("a@x.org", ["b@x.org"], "away", Auto_Submitted="auto-replied"))
+    assert is_automatic(mail("a@x.org", ["b@x.org"], "news", Precedence="bulk"))
+    assert is_automatic(mail("a@x.org", ["b@x.org"], "bounce", Return_Path="<>"))
+    assert not is_automatic(mail("a@x.org", ["b@x.org"], "hello"))
+
+
+# -- against the servers -------------------------------------------------------------------
+
+
+async def test_reply_is_threaded_with_text_and_html(harness: EmailHarness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        first = mail(harness.owner, [harness.address], "Is **this** on?", subject="Plans")
+        await act(harness.deliver, first)
+        await delivered(harness, 1)
+        [reply] = harness.smtp.messages()
+        assert reply["Subject"] == "Re: Plans"
+        assert reply["In-Reply-To"] == first["Message-ID"]
+        assert first["Message-ID"] in reply["References"]
+        assert reply["Auto-Submitted"] == "auto-replied"
+        html = reply.get_body(preferencelist=("html",))
+        assert html is not None and "<strong>this</strong>" in html.get_content()
+
+        # the correspondent answers in the thread: the same session, a longer history
+        second = mail(
+            harness.owner,
+            [harness.address],
+            f"And now?\n\nOn Mon, Bot wrote:\n> {first.get_content().strip()}\n",
+            subject="Re: Plans",
+            In_Reply_To=reply["Message-ID"],
+            References=f"{first['Message-ID']} {reply['Message-ID']}",
+        )
+        await act(harness.deliver, second)
+        await delivered(harness, 2)
+        assert provider.requests[1].messages[-1].text == "And now?"
+        assert len(provider.requests[1].messages) == 3
+        answer = harness.smtp.messages()[1]
+        assert answer["In-Reply-To"] == second["Message-ID"]
+        assert answer["References"].split()[0] == first["Message-ID"]
+    flags = harness.dovecot.flags(harness.user)
+    assert all(b"\\Seen" in f for f in flags.values()) and len(flags) == 2
+
+
+async def test_html_only_message_is_answered(harness: EmailHarness, tmp_path: Path) -> None:
+    message = mail(harness.owner, [harness.address], "ignored")
+    message.set_content(
+        "<div>What time <b>is</b> it?</div><blockquote>old</blockquote>", subtype="html"
+    )
+    message.add_attachment(
+        b"data", maintype="application", subtype="octet-stream", filename="a.bin"
+    )
+    async with daemon(harness, tmp_path):
+        await act(harness.deliver, message)
+        [reply] = await delivered(harness, 1)
+    assert reply.text == "echo: What time is it?"
+
+
+async def test_spoofed_and_automatic_mail_get_no_answer(
+    harness: EmailHarness, tmp_path: Path
+) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        spoofed = mail(harness.owner, [harness.address], "rm -rf", Return_Path="<x@evil.example>")
+        await act(harness.deliver, spoofed)
+        away = mail(harness.owner, [harness.address], "I am away", Auto_Submitted="auto-replied")
+        await act(harness.deliver, away)
+        await act(harness.dm, "genuine")
+        [reply] = await delivered(harness, 1)
+        await settle()
+    assert reply.text == "echo: genuine" and len(provider.requests) == 1
+
+
+async def test_no_message_is_answered_twice_across_a_restart(
+    harness: EmailHarness, tmp_path: Path
+) -> None:
+    message = mail(harness.owner, [harness.address], "once")
+    async with daemon(harness, tmp_path):
+        await act(harness.deliver, message)
+        await delivered(harness, 1)
+    # the same mail again, unseen (as if the daemon had died before marking it seen)
+    await act(harness.deliver, message)
+    async with daemon(harness, tmp_path) as (_, provider):
+        await act(harness.dm, "after the restart")
+        await delivered(harness, 2)
+        await settle()
+    assert [d.text for d in harness.delivered()] == ["echo: once", "echo: after the restart"]
+    assert len(provider.requests) == 1
+    assert all(b"\\Seen" in f for f in harness.dovecot.flags(harness.user).values())
+
+
+async def test_polling_without_idle(dovecot: Dovecot, tmp_path: Path) -> None:
+    harness = EmailHarness(dovecot, idle=False, poll_interval=0.3)
+    try:
+        async with daemon(harness, tmp_path):
+            await act(harness.dm, "polled")
+            [reply] = await delivered(harness, 1)
+        assert reply.text == "echo: polled"
+    finally:
+        harness.close()
+
+
+async def test_a_refused_send_is_retried(harness: EmailHarness, tmp_path: Path) -> None:
+    harness.smtp.refuse = 1
+    async with daemon(harness, tmp_path):
+        await act(harness.dm, "try again")
+        [reply] = await delivered(harness, 1)
+        await settle()
+    assert reply.text == "echo: try again" and len(harness.delivered()) == 1
+
+
+async def test_tls_and_starttls_with_a_private_ca(dovecot: Dovecot) -> None:
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(dovecot.cert, dovecot.root / "key.pem")
+    user = dovecot.add_user()
+    for security, port in (("tls", dovecot.tls_port), ("starttls", dovecot.port)):
+        sink = (
+            SMTPSink(user, tls=server) if security == "tls" else SMTPSink(user, starttls=server)
+        ).start()
+        try:
+            transport = EmailTransport(
+                imap_addr=f"127.0.0.1:{port}",
+                username=user,
+                password="secret",
+                smtp_addr=f"127.0.0.1:{sink.port}",
+                from_addr=f"{user}@example.org",
+                security=security,  # type: ignore[arg-type]
+                ca_file=str(dovecot.cert),
+            )
+            assert user in await transport.check()
+            assert sink.logins == [user]
+        finally:
+            sink.stop()
+
+
+async def test_an_untrusted_certificate_is_refused(dovecot: Dovecot) -> None:
+    transport = EmailTransport(
+        imap_addr=f"127.0.0.1:{dovecot.tls_port}",
+        username=dovecot.add_user(),
+        password="secret",
+        smtp_addr="127.0.0.1:1",
+        from_addr="bot@example.org",
+    )
+    with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        await transport.check()
+
+
+async def test_wrong_password_is_one_clear_error(dovecot: Dovecot) -> None:
+    transport = EmailTransport(
+        imap_addr=f"127.0.0.1:{dovecot.port}",
+        username=dovecot.add_user(),
+        password="wrong",
+        smtp_addr="127.0.0.1:1",
+        from_addr="bot@example.org",
+        security="plain",
+    )
+    with pytest.raises(ConnectionError, match=r"email: IMAP .*failed"):
+        with anyio.fail_after(15):
+            await transport.check()
