@@ -418,9 +418,14 @@ def _doctor_transports(config: Config, report: Callable[[bool, str, str], None])
         if check is None:
             continue
 
-        async def run(probe: Callable[[], Any] = check) -> str:
-            with anyio.fail_after(20):
-                return str(await probe())
+        async def run(probe: Callable[[], Any] = check, transport: Any = transport) -> str:
+            try:
+                with anyio.fail_after(20):
+                    return str(await probe())
+            finally:
+                aclose = getattr(transport, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
         try:
             report(True, name, f"connected as {anyio.run(run)}")

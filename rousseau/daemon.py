@@ -155,6 +155,20 @@ def _email(section: Any) -> Transport:
     )
 
 
+def _imessage(section: Any) -> Transport:
+    if section is None or not section.base_url or section.password is None:
+        raise ConfigError("imessage: set base_url and password (or BLUEBUBBLES_PASSWORD)")
+    from rousseau.transports.imessage import IMessageTransport
+
+    return IMessageTransport(
+        section.base_url,
+        section.password.get_secret_value(),
+        poll_interval=section.poll_interval,
+        private_api=section.private_api,
+        mention_names=section.mention_names,
+    )
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -162,6 +176,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "signal": _signal,
     "matrix": _matrix,
     "whatsapp": _whatsapp,
+    "imessage": _imessage,
     "email": _email,
 }
 

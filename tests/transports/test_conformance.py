@@ -21,6 +21,7 @@ from rousseau.router import ChatPolicy
 from tests.transports.conformance import Delivered, Harness
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_email import EmailHarness
+from tests.transports.harness_imessage import IMessageHarness
 from tests.transports.harness_matrix import MatrixHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.anyio
 HARNESSES: dict[str, Callable[[], Any]] = {
     "discord": DiscordHarness,
     "email": EmailHarness,
+    "imessage": IMessageHarness,
     "matrix": MatrixHarness,
     "signal": SignalHarness,
     "slack": SlackHarness,

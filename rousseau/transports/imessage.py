@@ -1,0 +1,214 @@
+"""iMessage through a BlueBubbles server's REST API (the server runs on a Mac signed in to
+Messages). BlueBubbles has no Python SDK: its API is a handful of JSON endpoints, spoken here
+with httpx.
+
+New messages are polled with a cursor (the newest creation time seen, and the message guids
+at that instant) kept in the store, so a restart neither replays old messages nor skips new
+ones; the router's duplicate check covers the gap between handing a message over and saving
+the cursor.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+
+if TYPE_CHECKING:
+    import httpx
+
+log = structlog.get_logger("rousseau.imessage")
+
+MAX_LENGTH = 4000
+PAGE = 100
+_ATTACHMENT_MARK = "\ufffc"
+
+
+class IMessageError(ConnectionError):
+    pass
+
+
+def is_group_chat(chat_guid: str) -> bool:
+    """`iMessage;-;+1555…` is a one-to-one chat, `iMessage;+;chat…` a group."""
+    return ";+;" in chat_guid
+
+
+class IMessageTransport:
+    name = "imessage"
+    max_length = MAX_LENGTH
+    measure = staticmethod(len)
+
+    def __init__(
+        self,
+        base_url: str,
+        password: str,
+        *,
+        poll_interval: float = 5.0,
+        private_api: bool = False,
+        mention_names: Sequence[str] = ("rousseau",),
+        timeout: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.password = password
+        self.poll_interval = poll_interval
+        self.private_api = private_api
+        names = "|".join(re.escape(n) for n in mention_names if n)
+        self._mention = re.compile(rf"(?<!\w)@?(?:{names})(?!\w)", re.I) if names else None
+        self.timeout = timeout
+        self._state: KeyValue = MemoryKeyValue()
+        self._client: httpx.AsyncClient | None = None
+        self._connected = False
+        self._stop = anyio.Event()
+
+    def bind_state(self, state: KeyValue) -> None:
+        self._state = state
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout)
+        return self._client
+
+    async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One API call; returns its `data`. Errors never carry the URL (it holds the password)."""
+        import httpx
+
+        try:
+            response = await self._http().request(
+                method, path, params={"password": self.password}, json=body
+            )
+        except httpx.HTTPError as exc:
+            raise IMessageError(f"imessage: {path}: {type(exc).__name__} {exc}") from None
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = {}
+        if response.status_code != 200:
+            detail = payload.get("error", {}).get("message") or payload.get("message") or ""
+            if response.status_code == 401:
+                detail = "wrong password"
+            raise IMessageError(f"imessage: {path}: HTTP {response.status_code} {detail}".strip())
+        return payload.get("data")
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._stop = anyio.Event()
+        await self.call("GET", "/api/v1/ping")
+        cursor = await self._load_cursor()
+        self._connected = True
+        log.info("imessage.connected", server=self.base_url)
+        task_status.started()
+        try:
+            while not self._stop.is_set():
+                if await self._poll(handler, cursor):
+                    continue  # a full page: there is more
+                with anyio.move_on_after(self.poll_interval):
+                    await self._stop.wait()
+        finally:
+            self._connected = False
+
+    async def _load_cursor(self) -> dict[str, Any]:
+        stored = await self._state.get("cursor")
+        if stored:
+            cursor: dict[str, Any] = json.loads(stored)
+            return cursor
+        # first start: begin now, not with the Mac's whole message history
+        cursor = {"at": int(time.time() * 1000), "guids": []}
+        await self._state.set("cursor", json.dumps(cursor))
+        return cursor
+
+    async def _poll(self, handler: InboundHandler, cursor: dict[str, Any]) -> bool:
+        """Take one page of new messages; true when the page was full."""
+        body = {
+            "limit": PAGE,
+            "offset": 0,
+            "sort": "ASC",
+            "after": cursor["at"],
+            "with": ["chat", "handle"],
+        }
+        messages = await self.call("POST", "/api/v1/message/query", body) or []
+        fresh = 0
+        for message in messages:
+            at = int(message.get("dateCreated") or 0)
+            guid = str(message.get("guid") or "")
+            if at < cursor["at"] or (at == cursor["at"] and guid in cursor["guids"]):
+                continue  # seen already (the server's `after` is inclusive)
+            fresh += 1
+            inbound = self._normalise(message)
+            if inbound is not None:
+                await handler(inbound)  # returns once persisted
+            if at > cursor["at"]:
+                cursor["at"], cursor["guids"] = at, []
+            cursor["guids"].append(guid)
+            await self._state.set("cursor", json.dumps(cursor))
+        return fresh > 0 and len(messages) >= PAGE
+
+    def _normalise(self, message: dict[str, Any]) -> Inbound | None:
+        if message.get("isFromMe"):
+            return None
+        text = str(message.get("text") or "").replace(_ATTACHMENT_MARK, "").strip()
+        chats = message.get("chats") or []
+        sender = str((message.get("handle") or {}).get("address") or "")
+        if not text or not chats or not sender:
+            return None  # attachments, reactions, system messages
+        chat = str(chats[0].get("guid") or "")
+        group = is_group_chat(chat)
+        return Inbound(
+            transport=self.name,
+            chat_id=chat,
+            sender_id=sender,
+            message_id=str(message["guid"]),
+            text=text,
+            is_group=group,
+            mentioned=group and self._mention is not None and bool(self._mention.search(text)),
+            at=int(message.get("dateCreated") or 0) / 1000,
+        )
+
+    async def send(self, message: Outbound) -> None:
+        body: dict[str, Any] = {
+            "chatGuid": message.chat_id,
+            "tempGuid": f"temp-{uuid.uuid4()}",
+            "message": message.text,
+            "method": "private-api" if self.private_api else "apple-script",
+        }
+        if self.private_api and message.reply_to:
+            body["selectedMessageGuid"] = message.reply_to
+            body["partIndex"] = 0
+        await self.call("POST", "/api/v1/message/text", body)
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        if self.private_api:  # plain AppleScript cannot show typing
+            from urllib.parse import quote
+
+            await self.call("POST", f"/api/v1/chat/{quote(chat_id, safe='')}/typing")
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def check(self) -> str:
+        info = await self.call("GET", "/api/v1/server/info") or {}
+        return (
+            f"BlueBubbles {info.get('server_version', '?')} on macOS "
+            f"{info.get('os_version', '?')} (private API "
+            f"{'on' if info.get('private_api') else 'off'})"
+        )

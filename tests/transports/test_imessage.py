@@ -1,0 +1,117 @@
+"""iMessage specifics beyond the conformance suite: the persisted cursor, the password,
+the AppleScript and Private API modes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from rousseau.transports.imessage import IMessageError, IMessageTransport
+from tests.fakes.bluebubbles import PASSWORD
+from tests.transports.harness_imessage import IMessageHarness
+from tests.transports.test_conformance import act, daemon, delivered, settle
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def harness() -> IMessageHarness:
+    made = IMessageHarness()
+    yield made  # type: ignore[misc]
+    made.close()
+
+
+async def test_history_before_the_first_start_is_not_answered(
+    harness: IMessageHarness, tmp_path: Path
+) -> None:
+    old = int(time.time() * 1000) - 60_000
+    harness.server.receive("an old message", sender=harness.owner, chat=harness.dm_chat, at=old)
+    async with daemon(harness, tmp_path) as (_, provider):
+        await act(harness.dm, "new")
+        [reply] = await delivered(harness, 1)
+        await settle()
+    assert reply.text == "echo: new" and len(provider.requests) == 1
+
+
+async def test_restart_neither_replays_nor_skips(harness: IMessageHarness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path):
+        await act(harness.dm, "before")
+        await delivered(harness, 1)
+    await act(harness.dm, "while it was down")
+    async with daemon(harness, tmp_path) as (_, provider):
+        await delivered(harness, 2)
+        await settle()
+    assert [d.text for d in harness.delivered()] == ["echo: before", "echo: while it was down"]
+    assert len(provider.requests) == 1
+
+
+async def test_messages_in_the_same_millisecond_are_all_taken(
+    harness: IMessageHarness, tmp_path: Path
+) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        at = int(time.time() * 1000) + 500
+        for text in ("one", "two", "three"):
+            chat = f"iMessage;-;{harness.owner}"
+            harness.server.receive(text, sender=harness.owner, chat=chat, at=at)
+        await delivered(harness, 3)
+        await settle()
+    assert sorted(r.messages[-1].text for r in provider.requests) == ["one", "three", "two"]
+
+
+async def test_attachments_and_reactions_without_text_are_skipped(
+    harness: IMessageHarness, tmp_path: Path
+) -> None:
+    async with daemon(harness, tmp_path) as (_, provider):
+        await act(harness.dm, "\ufffc")
+        await act(harness.dm, "and a caption \ufffc")
+        [reply] = await delivered(harness, 1)
+        await settle()
+    assert reply.text == "echo: and a caption" and len(provider.requests) == 1
+
+
+async def test_applescript_mode_sends_plainly(tmp_path: Path) -> None:
+    harness = IMessageHarness(private_api=False)
+    try:
+        async with daemon(harness, tmp_path):
+            await act(harness.dm, "slow, please")
+            await delivered(harness, 1)
+        [sent] = harness.server.sent
+        assert sent["method"] == "apple-script" and "selectedMessageGuid" not in sent
+        assert harness.server.typing == []
+    finally:
+        harness.close()
+
+
+async def test_private_api_replies_to_the_message(harness: IMessageHarness, tmp_path: Path) -> None:
+    async with daemon(harness, tmp_path):
+        await act(harness.dm, "quote me")
+        await delivered(harness, 1)
+    assert harness.last is not None
+    [sent] = harness.server.sent
+    assert sent["method"] == "private-api" and sent["selectedMessageGuid"] == harness.last["guid"]
+
+
+async def test_check_and_a_wrong_password(harness: IMessageHarness) -> None:
+    good = IMessageTransport(harness.server.url, PASSWORD)
+    try:
+        assert "BlueBubbles 1.9.9" in await good.check()
+    finally:
+        await good.aclose()
+    bad = IMessageTransport(harness.server.url, "wrong")
+    try:
+        with pytest.raises(IMessageError, match="HTTP 401 wrong password") as caught:
+            await bad.check()
+        assert "wrong" not in str(caught.value).replace("wrong password", "")
+    finally:
+        await bad.aclose()
+
+
+async def test_unreachable_server_is_one_clear_error() -> None:
+    transport = IMessageTransport("http://127.0.0.1:1", PASSWORD)
+    try:
+        with pytest.raises(IMessageError, match="ConnectError"):
+            await transport.check()
+    finally:
+        await transport.aclose()
