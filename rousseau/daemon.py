@@ -32,7 +32,17 @@ from rousseau.transports.base import Transport
 
 log = structlog.get_logger("rousseau.daemon")
 
-TRANSPORTS = ("telegram", "slack", "discord", "whatsapp", "matrix", "signal", "imessage", "email")
+TRANSPORTS = (
+    "telegram",
+    "slack",
+    "discord",
+    "whatsapp",
+    "matrix",
+    "signal",
+    "imessage",
+    "email",
+    "sms",
+)
 BACKOFF_CAP = 300.0
 
 
@@ -169,6 +179,45 @@ def _imessage(section: Any) -> Transport:
     )
 
 
+def _sms(section: Any) -> Transport:
+    from rousseau.transports.sms import Sender, SMSTransport, TwilioSender, VonageSender
+
+    if section is None or not section.from_:
+        raise ConfigError("sms.from: not set (the sending number, e.g. +15551234567)")
+    sender: Sender
+    if section.provider == "twilio":
+        if not section.account_sid or section.auth_token is None:
+            raise ConfigError("sms: set account_sid and auth_token (or TWILIO_AUTH_TOKEN)")
+        sender = TwilioSender(
+            section.account_sid,
+            section.auth_token.get_secret_value(),
+            section.from_,
+            base_url=section.base_url,
+            status_timeout=section.status_timeout,
+        )
+    else:
+        if not section.api_key or section.api_secret is None:
+            raise ConfigError("sms: set api_key and api_secret (or VONAGE_API_SECRET)")
+        if section.base_url and not section.base_url.startswith("https://"):
+            raise ConfigError("sms.base_url: the vonage SDK speaks https only")
+        sender = VonageSender(
+            section.api_key,
+            section.api_secret.get_secret_value(),
+            section.from_,
+            base_url=section.base_url,
+        )
+    hook = section.webhook
+    if hook is not None and section.provider != "twilio":
+        raise ConfigError("sms.webhook: inbound SMS is supported with twilio only")
+    return SMSTransport(
+        sender,
+        webhook_listen=hook.listen if hook else None,
+        webhook_path=hook.path if hook else "/sms/twilio",
+        public_url=hook.public_url if hook else None,
+        auth_token=_secret(section.auth_token),
+    )
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -178,6 +227,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "whatsapp": _whatsapp,
     "imessage": _imessage,
     "email": _email,
+    "sms": _sms,
 }
 
 

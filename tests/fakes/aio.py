@@ -4,19 +4,25 @@ tests drive it with plain calls whatever loop they run themselves."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import anyio
+import anyio.lowlevel
 from aiohttp import web
 
 T = TypeVar("T")
 
 
 class AioServer:
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
         self.port = 0
         self.sockets: list[web.WebSocketResponse] = []
+        self._transports: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._runner: web.AppRunner | None = None
@@ -27,7 +33,8 @@ class AioServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ssl_context else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     @property
     def ws_url(self) -> str:
@@ -57,19 +64,29 @@ class AioServer:
                 await ws.close()
             if self._runner is not None:
                 await self._runner.cleanup()
+            for transport in self._transports:  # TLS ones may still wait for a goodbye
+                transport.abort()
+            await anyio.lowlevel.checkpoint()
 
         self.run(shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
 
+    @web.middleware
+    async def _track(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.transport is not None:
+            self._transports.add(request.transport)
+        response: web.StreamResponse = await handler(request)
+        return response
+
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        app = web.Application()
+        app = web.Application(middlewares=[self._track])
         self.routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
         self._loop.run_until_complete(site.start())
         server = site._server
         assert server is not None

@@ -7,9 +7,7 @@ another binary.
 
 from __future__ import annotations
 
-import datetime
 import imaplib
-import ipaddress
 import itertools
 import os
 import pwd
@@ -18,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.helpers import free_port
+from tests.helpers import free_port, self_signed
 
 POOL = 1000
 CONFIG = """\
@@ -64,44 +62,6 @@ service anvil {{
 def dovecot_binary() -> str | None:
     named = os.environ.get("ROUSSEAU_TEST_DOVECOT")
     return named or shutil.which("dovecot", path="/usr/sbin:/usr/bin")
-
-
-def self_signed(cert: Path, key: Path) -> None:
-    """A certificate for 127.0.0.1 and localhost, for the TLS listeners."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    private = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(private.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(private, hashes.SHA256())
-    )
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key.write_bytes(
-        private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    key.chmod(0o600)
 
 
 class Dovecot:

@@ -195,7 +195,7 @@ async def test_typing_is_shown_while_a_slow_reply_is_written(
 ) -> None:
     if not hasattr(harness, "typing_shown"):
         pytest.skip(
-            getattr(harness, "no_typing", f"the {harness.name} harness cannot observe a typing")
+            getattr(harness, "no_typing", f"the {harness.name} harness cannot observe typing")
         )
     async with daemon(harness, tmp_path):
         await act(harness.dm, "slow one please")
