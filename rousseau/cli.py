@@ -70,6 +70,41 @@ def build_parser() -> argparse.ArgumentParser:
                 "action", nargs="?", choices=["login"], help="login: pair by QR code, then exit"
             )
 
+    cron = sub.add_parser("cron", help="scheduled prompts delivered to a chat")
+    csub = cron.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = csub.add_parser("add", help="add a job (checked before it is saved)")
+    add.add_argument("--name", required=True)
+    add.add_argument(
+        "--schedule",
+        required=True,
+        help="5-field cron, @hourly/@daily/@weekly/@monthly or '@every 90s|5m|1h30m', "
+        "optionally prefixed 'CRON_TZ=Zone '",
+    )
+    add.add_argument("--prompt", required=True, help="what the agent is asked at each run")
+    add.add_argument(
+        "--deliver-to", required=True, metavar="TRANSPORT:RECIPIENT", help="e.g. telegram:42"
+    )
+    add.add_argument(
+        "--misfire",
+        choices=["run_once", "skip"],
+        default="run_once",
+        help="after downtime: run a missed job once (default) or skip it",
+    )
+    add.add_argument("--disabled", action="store_true", help="save it switched off")
+    add.set_defaults(func=_cron_add)
+    csub.add_parser("list", help="jobs, their next run and last status").set_defaults(
+        func=_cron_list
+    )
+    for verb, helptext in (
+        ("remove", "delete a job and its history"),
+        ("enable", "switch a job on (its next run counts from now)"),
+        ("disable", "switch a job off"),
+        ("run", "run a job once, now; the reply goes out through the outbox"),
+    ):
+        one = csub.add_parser(verb, help=helptext)
+        one.add_argument("job", metavar="NAME|ID")
+        one.set_defaults(func=_cron_one, verb=verb)
+
     pair = sub.add_parser("pair", help="admit strangers who asked with a pairing code")
     psub = pair.add_subparsers(dest="action", metavar="ACTION", required=True)
     psub.add_parser("list", help="codes waiting for approval").set_defaults(func=_pair_list)
@@ -260,6 +295,116 @@ def _pair_approve(args: argparse.Namespace) -> int:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
     print(f"admitted {approved.transport} sender {approved.sender_id}")
     return 0
+
+
+# -- cron ------------------------------------------------------------------------------------
+
+
+def _cron_add(args: argparse.Namespace) -> int:
+    from rousseau.cron import CronJobs, describe
+
+    config = _config(args)
+    transport = args.deliver_to.partition(":")[0]
+    with _store(args) as store:
+        job = CronJobs(store).add_sync(
+            args.name,
+            args.schedule,
+            args.prompt,
+            args.deliver_to,
+            timezone=config.cron.timezone,
+            misfire=args.misfire,
+            enabled=not args.disabled,
+        )
+    print(f"added {describe(job)}")
+    if getattr(config, transport, None) is None:
+        print(f"note: {transport} is not configured yet; replies wait until it is", file=sys.stderr)
+    return 0
+
+
+def _cron_list(args: argparse.Namespace) -> int:
+    from rousseau.cron import CronJobs, describe
+
+    with _store(args) as store:
+        jobs = CronJobs(store).all_sync()
+    if not jobs:
+        print("no cron jobs (add one: rousseau cron add --help)")
+    for job in jobs:
+        print(describe(job))
+    return 0
+
+
+def _cron_one(args: argparse.Namespace) -> int:
+    from rousseau.cron import CronJobs, describe
+
+    with _store(args) as store:
+        jobs = CronJobs(store)
+        if args.verb == "remove":
+            print(f"removed {jobs.remove_sync(args.job).name}")
+        elif args.verb in ("enable", "disable"):
+            print(describe(jobs.set_enabled_sync(args.job, args.verb == "enable")))
+        else:
+            return _cron_run(args, store, jobs.get_sync(args.job))
+    return 0
+
+
+def _cron_run(args: argparse.Namespace, store: Any, job: Any) -> int:
+    """Run the turn here; a running daemon (or the next one) delivers the reply."""
+    import anyio
+
+    from rousseau.cron import CronJobs, CronRunner, Scheduler
+    from rousseau.providers import build_provider, detect_provider
+    from rousseau.router import ChatPolicy, RateLimiter, Router
+
+    config = _config(args)
+    name, _why = detect_provider(config)
+    provider = build_provider(config, name, store=store)
+
+    async def go() -> int:
+        from rousseau.app import build_agent
+
+        agent = build_agent(config, provider, store)
+        try:
+            transports = _target_transport(config, job.deliver_to.partition(":")[0])
+            router = Router(
+                agent=agent,
+                store=store,
+                transports=transports,
+                policies={
+                    n: ChatPolicy(reply_header=getattr(config, n).reply_header) for n in transports
+                },
+                rate_limiter=RateLimiter((1, 1.0), {}, 1),
+            )
+            runner = CronRunner(
+                agent=agent,
+                store=store,
+                notify=router.notify,
+                timeout=config.cron.timeout,
+                notify_failures=config.cron.notify_failures,
+            )
+            outcome = await Scheduler(jobs=CronJobs(store), runner=runner).run_now(job)
+        finally:
+            await _close(provider)
+        if outcome.status != "ok":
+            _fail(f"cron job {job.name} failed: {outcome.error}")
+            return 1
+        print(outcome.text)
+        print(f"(queued for {job.deliver_to}; a running daemon delivers it)", file=sys.stderr)
+        return 0
+
+    return anyio.run(go)
+
+
+def _target_transport(config: Config, name: str) -> dict[str, Any]:
+    """The target's transport, for its length limit when splitting (none if unavailable)."""
+    from rousseau.agent import RousseauError
+    from rousseau.daemon import build_transports
+
+    if getattr(config, name, None) is None:
+        return {}
+    try:
+        return build_transports(config, only=name)
+    except RousseauError:
+        return {}
 
 
 # -- sessions --------------------------------------------------------------------------------

@@ -213,6 +213,8 @@ class StateConfig(Section):
 class CronConfig(Section):
     poll_interval: Duration = 60.0
     timezone: str = "local"
+    timeout: Duration = 300.0
+    notify_failures: bool = True
 
 
 class RateLimitConfig(Section):

@@ -21,8 +21,9 @@ import structlog
 from anyio.abc import SocketStream, TaskGroup
 
 from rousseau.agent import ConfigError, Provider
-from rousseau.app import build_agent
+from rousseau.app import build_agent, build_registry
 from rousseau.config import Config, parse_rate
+from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.metrics import Metrics
 from rousseau.providers import build_provider, detect_provider
 from rousseau.router import ChatPolicy, RateLimiter, Router
@@ -301,7 +302,8 @@ class Daemon:
             log.info(
                 "daemon.starting", provider=name, reason=why, transports=sorted(self.transports)
             )
-            await self._serve(self._router(provider, store))
+            router = self._router(provider, store)
+            await self._serve(router, self._scheduler(router, store))
         finally:
             with anyio.CancelScope(shield=True):
                 for transport in self.transports.values():
@@ -318,8 +320,11 @@ class Daemon:
     def _router(self, provider: Provider, store: Store) -> Router:
         config = self.config
         rl = config.ratelimit
+        registry = build_registry(config)
+        self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
+        registry.register(self._cron_tool)
         return Router(
-            agent=build_agent(config, provider, store),
+            agent=build_agent(config, provider, store, registry=registry),
             store=store,
             transports=self.transports,
             policies=self.chat_policies,
@@ -333,12 +338,26 @@ class Daemon:
             metrics=self.metrics,
         )
 
-    async def _serve(self, router: Router) -> None:
+    def _scheduler(self, router: Router, store: Store) -> Scheduler:
+        cron = self.config.cron
+        runner = CronRunner(
+            agent=router.agent,
+            store=store,
+            notify=router.notify,
+            timeout=cron.timeout,
+            notify_failures=cron.notify_failures,
+        )
+        scheduler = Scheduler(jobs=CronJobs(store), runner=runner, poll_interval=cron.poll_interval)
+        self._cron_tool.on_change = scheduler.wake
+        return scheduler
+
+    async def _serve(self, router: Router, scheduler: Scheduler) -> None:
         """Everything runs in one task group until a signal or stop(); then a graceful stop."""
         config = self.config
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._signals)
             await tg.start(router.run)
+            await tg.start(scheduler.run)
             for transport in self.transports.values():
                 tg.start_soon(self._supervise, transport, router)
                 tg.start_soon(router.deliver, transport.name)

@@ -21,7 +21,7 @@ from rousseau.agent import Agent, Message, Session
 from rousseau.metrics import Metrics
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState, OutboxRow
-from rousseau.transports.base import Inbound, Outbound, Transport
+from rousseau.transports.base import Inbound, Outbound, Transport, current_inbound
 from rousseau.transports.split import split_message
 
 log = structlog.get_logger("rousseau.router")
@@ -231,6 +231,7 @@ class Router:
                 await self._reply(inbound, HELP)
                 return
             session = await self._session(inbound.session_key)
+            current_inbound.set(inbound)  # this task's context: tools see which chat asked
             with structlog.contextvars.bound_contextvars(session=session.id):
                 if not (replay and await self.state.was_appended(inbound)):
                     await self.agent.append(session, Message.user(_user_text(inbound)))
@@ -297,26 +298,52 @@ class Router:
 
     async def _reply(self, inbound: Inbound, text: str, *, finish: bool = True) -> None:
         """Queue the reply, split for the platform, marking the inbound done in one step."""
-        transport = self.transports.get(inbound.transport)
-        policy = self.policies.get(inbound.transport, ChatPolicy())
-        parts: list[Outbound] = []
-        if text:
-            body = f"{policy.reply_header}{text}" if policy.reply_header else text
-            limit = transport.max_length if transport is not None else 4096
-            measure = transport.measure if transport is not None else len
-            parts = [
-                Outbound(
-                    transport=inbound.transport,
-                    chat_id=inbound.chat_id,
-                    thread_id=inbound.thread_id,
-                    reply_to=inbound.message_id,
-                    text=part,
-                )
-                for part in split_message(body, limit, measure)
-            ]
+        parts = self._parts(
+            inbound.transport,
+            inbound.chat_id,
+            text,
+            thread_id=inbound.thread_id,
+            reply_to=inbound.message_id,
+        )
         await self.state.finish(inbound if finish else None, parts)
         if parts:
             self.wake(inbound.transport)
+
+    async def notify(self, transport: str, chat_id: str, text: str) -> int:
+        """Queue a message that answers nobody (a cron reply, a notice) for delivery through
+        the outbox, split for the platform; returns how many parts."""
+        parts = self._parts(transport, chat_id, text)
+        await self.state.finish(None, parts)
+        if parts:
+            self.wake(transport)
+        return len(parts)
+
+    def _parts(
+        self,
+        name: str,
+        chat_id: str,
+        text: str,
+        *,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> list[Outbound]:
+        if not text:
+            return []
+        transport = self.transports.get(name)
+        policy = self.policies.get(name, ChatPolicy())
+        body = f"{policy.reply_header}{text}" if policy.reply_header else text
+        limit = transport.max_length if transport is not None else 4096
+        measure = transport.measure if transport is not None else len
+        return [
+            Outbound(
+                transport=name,
+                chat_id=chat_id,
+                thread_id=thread_id,
+                reply_to=reply_to,
+                text=part,
+            )
+            for part in split_message(body, limit, measure)
+        ]
 
     # -- delivery -------------------------------------------------------------------------
 

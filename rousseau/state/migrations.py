@@ -128,6 +128,41 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        5,
+        "cron jobs and runs",
+        (
+            """CREATE TABLE cron_jobs (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                schedule TEXT NOT NULL,
+                timezone TEXT NOT NULL,
+                prompt TEXT NOT NULL,
+                deliver_to TEXT NOT NULL,
+                enabled INTEGER NOT NULL DEFAULT 1,
+                misfire TEXT NOT NULL DEFAULT 'run_once'
+                    CHECK (misfire IN ('run_once', 'skip')),
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL,
+                last_run_at REAL,
+                last_status TEXT,
+                next_run_at REAL
+            )""",
+            """CREATE TABLE cron_runs (
+                id INTEGER PRIMARY KEY,
+                job_id INTEGER NOT NULL REFERENCES cron_jobs(id) ON DELETE CASCADE,
+                scheduled_at REAL NOT NULL,
+                started_at REAL,
+                finished_at REAL,
+                status TEXT NOT NULL
+                    CHECK (status IN ('running', 'ok', 'failed', 'missed', 'skipped')),
+                error TEXT,
+                session_id TEXT,
+                UNIQUE (job_id, scheduled_at)
+            )""",
+            "CREATE INDEX cron_runs_job ON cron_runs(job_id, scheduled_at DESC)",
+        ),
+    ),
 )
 
 

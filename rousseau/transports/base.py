@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +49,9 @@ class Outbound:
     reply_to: str | None = None
     """The inbound message id this answers, where the platform can quote it."""
 
+
+current_inbound: ContextVar[Inbound | None] = ContextVar("current_inbound", default=None)
+"""The message whose turn is running, for tools that act on "this chat" (the router sets it)."""
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
 """Takes an inbound message and returns once it is safely persisted (then the adapter acks)."""

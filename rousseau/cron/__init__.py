@@ -1,0 +1,25 @@
+"""Persistent cron: jobs in the store, fired by the daemon's scheduler, replies through the
+outbox. See DESIGN.md sections 5 and 6."""
+
+from rousseau.cron.jobs import CronError, CronJob, CronJobs, CronRun
+from rousseau.cron.schedule import Schedule, ScheduleError, parse_schedule
+from rousseau.cron.scheduler import CronRunner, RunOutcome, Scheduler
+from rousseau.cron.targets import TargetError, parse_target
+from rousseau.cron.tool import CronTool, describe
+
+__all__ = [
+    "CronError",
+    "CronJob",
+    "CronJobs",
+    "CronRun",
+    "CronRunner",
+    "CronTool",
+    "RunOutcome",
+    "Schedule",
+    "ScheduleError",
+    "Scheduler",
+    "TargetError",
+    "describe",
+    "parse_schedule",
+    "parse_target",
+]

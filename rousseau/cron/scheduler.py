@@ -1,0 +1,226 @@
+"""The scheduler: re-reads the job table, claims due runs, runs them as agent turns.
+
+Each job's next run time is kept in its row. A tick takes every enabled job whose time has
+come, works out the scheduled times it passed (several after downtime), claims one run row per
+time in the store (so no time runs twice, across restarts and between daemons sharing the
+database), runs the newest (misfire `run_once`, or when on time) and records the rest missed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+from rousseau.agent import Agent
+from rousseau.cron.jobs import CronJob, CronJobs, RunStatus
+from rousseau.cron.schedule import Schedule, ScheduleError
+from rousseau.state import Store
+
+log = structlog.get_logger("rousseau.cron")
+
+Notify = Callable[[str, str, str], Awaitable[int]]
+"""notify(transport, recipient, text): queue a message for delivery through the outbox."""
+
+MISSED_ROWS = 100  # missed times recorded per catch-up (older ones are only counted in the log)
+CATCH_UP_WINDOW = 86_400.0  # scheduled times older than this after downtime are not listed
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    status: RunStatus
+    session_id: str
+    error: str = ""
+    text: str = ""
+
+
+@dataclass(kw_only=True)
+class CronRunner:
+    """Runs one job: a fresh session titled `cron: NAME`, one unattended turn under a timeout,
+    the reply (or, if configured, a one-line failure notice) queued for its target."""
+
+    agent: Agent
+    store: Store
+    notify: Notify
+    timeout: float = 300.0
+    notify_failures: bool = True
+
+    async def run(self, job: CronJob) -> RunOutcome:
+        transport, recipient = job.target
+        session = await self.store.create_session(title=f"cron: {job.name}")
+        with structlog.contextvars.bound_contextvars(job=job.name, session=session.id):
+            try:
+                with anyio.fail_after(self.timeout):
+                    response = await self.agent.reply(session, job.prompt, unattended=True)
+                text = response.message.text.strip() or f"(cron job {job.name}: no reply)"
+            except Exception as exc:
+                error = _one_line(exc)
+                log.warning("cron.failed", error=error)
+                if self.notify_failures:
+                    await self.notify(transport, recipient, f"Cron job {job.name} failed: {error}")
+                return RunOutcome("failed", session.id, error=error)
+            await self.notify(transport, recipient, text)
+            log.info("cron.done", target=job.deliver_to)
+            return RunOutcome("ok", session.id, text=text)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+@dataclass(kw_only=True)
+class Scheduler:
+    jobs: CronJobs
+    runner: CronRunner
+    poll_interval: float = 60.0
+    clock: Callable[[], float] = time.time
+    grace: float = 0.0
+    """How late a run may start and still count as on time (default: poll_interval + 60s)."""
+    _schedules: dict[tuple[int, float], Schedule] = field(default_factory=dict)
+    _running: set[int] = field(default_factory=set)
+    _wake: anyio.Event = field(default_factory=anyio.Event)
+
+    def __post_init__(self) -> None:
+        if not self.grace:
+            self.grace = self.poll_interval + 60.0
+
+    def wake(self) -> None:
+        """Re-read the table now (a job was added or changed in this process)."""
+        self._wake.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            task_status.started()
+            log.info("cron.started", poll_interval=self.poll_interval)
+            while True:
+                self._wake = anyio.Event()
+                try:
+                    soonest = await self.tick(tg)
+                except Exception:  # a broken row or a busy store must not end cron
+                    log.exception("cron.tick_failed")
+                    soonest = None
+                now = self.clock()
+                wait = self.poll_interval if soonest is None else soonest - now
+                with anyio.move_on_after(max(0.0, min(wait, self.poll_interval))):
+                    await self._wake.wait()
+
+    def _schedule(self, job: CronJob) -> Schedule | None:
+        key = (job.id, job.updated_at)
+        found = self._schedules.get(key)
+        if found is None:
+            try:
+                found = job.parsed()
+            except ScheduleError as exc:
+                log.error("cron.bad_schedule", job=job.name, error=str(exc))
+                return None
+            if len(self._schedules) > 10_000:
+                self._schedules.clear()
+            self._schedules[key] = found
+        return found
+
+    async def tick(self, tg: TaskGroup | None = None) -> float | None:
+        """Handle every due job once; return the soonest next run time of any job.
+
+        With `tg`, runs start in the background; without, they run before tick returns."""
+        now = self.clock()
+        soonest: float | None = None
+        for job in await self.jobs.all():
+            if not job.enabled:
+                continue
+            schedule = self._schedule(job)
+            if schedule is None:
+                continue
+            next_run = job.next_run_at
+            if next_run is None or next_run > now:
+                if next_run is None:
+                    next_run = schedule.next_after(now)
+                    await self.jobs.advance(job, next_run)
+                if next_run is not None:
+                    soonest = next_run if soonest is None else min(soonest, next_run)
+                continue
+            following = await self._due(job, schedule, next_run, now, tg)
+            if following is not None:
+                soonest = following if soonest is None else min(soonest, following)
+        return soonest
+
+    async def _due(
+        self, job: CronJob, schedule: Schedule, first: float, now: float, tg: TaskGroup | None
+    ) -> float | None:
+        start = max(first, now - CATCH_UP_WINDOW)
+        passed = ([first] if start == first else []) + schedule.between(start, now)
+        skipped_old = first < start
+        latest = passed[-1] if passed else first
+        on_time = now - latest <= self.grace
+        run_it = job.misfire == "run_once" or on_time
+        missed = passed[:-1] if run_it else passed
+        # Claim first, then move the job on: a crash in between loses no claim, and a claim
+        # is what keeps a time from running twice.
+        for moment in missed[-MISSED_ROWS:]:
+            await self.jobs.claim(job, moment, "missed", "the daemon was not running")
+        if missed or skipped_old:
+            log.info(
+                "cron.missed",
+                job=job.name,
+                count=len(missed),
+                older_not_listed=skipped_old,
+                misfire=job.misfire,
+            )
+        run_id = await self.jobs.claim(job, latest) if run_it else None
+        following = schedule.next_after(now)
+        await self.jobs.advance(job, following)
+        if run_it and run_id is None:
+            log.info("cron.already_claimed", job=job.name, scheduled=latest)
+        elif run_id is not None:
+            if tg is not None:
+                tg.start_soon(self._run, job, run_id, latest)
+            else:
+                await self._run(job, run_id, latest)
+        return following
+
+    async def _run(self, job: CronJob, run_id: int, scheduled_at: float) -> None:
+        if job.id in self._running:  # the previous run is still going: do not pile up
+            await self.jobs.finish(run_id, job, "skipped", error="the previous run was still going")
+            log.warning("cron.skipped", job=job.name, reason="previous run still going")
+            return
+        self._running.add(job.id)
+        log.info(
+            "cron.fired", job=job.name, scheduled=scheduled_at, late=self.clock() - scheduled_at
+        )
+        try:
+            outcome = await self.runner.run(job)
+            await self.jobs.finish(
+                run_id, job, outcome.status, error=outcome.error, session_id=outcome.session_id
+            )
+        except anyio.get_cancelled_exc_class():
+            await self._record_failure(job, run_id, "interrupted: the daemon stopped")
+            raise
+        except Exception as exc:  # the store or the outbox failed: record what we can
+            log.exception("cron.run_crashed", job=job.name)
+            await self._record_failure(job, run_id, _one_line(exc))
+        finally:
+            self._running.discard(job.id)
+
+    async def _record_failure(self, job: CronJob, run_id: int, error: str) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.jobs.finish(run_id, job, "failed", error=error)
+            except Exception:
+                log.exception("cron.record_failed", job=job.name)
+
+    async def run_now(self, job: CronJob) -> RunOutcome:
+        """`cron run NAME`: one run at once, recorded like any other."""
+        moment = self.clock()
+        run_id = await self.jobs.claim(job, moment)
+        outcome = await self.runner.run(job)
+        if run_id is not None:
+            await self.jobs.finish(
+                run_id, job, outcome.status, error=outcome.error, session_id=outcome.session_id
+            )
+        return outcome
