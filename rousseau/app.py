@@ -74,11 +74,21 @@ def build_agent(
     ask: AskFn | None = None,
     registry: Registry | None = None,
 ) -> Agent:
+    from rousseau.skills import Skills
+    from rousseau.state.recall import SQLiteRecall
+
+    recall = config.agent.recall
     options = Options(
         system_prompt=config.agent.system_prompt,
         max_iterations=config.agent.max_iterations,
         approver=build_approver(config, ask),
         compressor=build_compressor(config, provider),
         history=store,
+        skills=Skills(config.agent.skills_dir),
+        recall=(
+            SQLiteRecall(store, recall.top_k, recall.scope)
+            if store is not None and recall.enabled
+            else None
+        ),
     )
     return Agent(provider, registry if registry is not None else build_registry(config), options)

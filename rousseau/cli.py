@@ -70,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
                 "action", nargs="?", choices=["login"], help="login: pair by QR code, then exit"
             )
 
+    skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
+    ksub = skills.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ksub.add_parser("list", help="each skill, its triggers and description").set_defaults(
+        func=_skills_list
+    )
+    kshow = ksub.add_parser("show", help="a skill's text")
+    kshow.add_argument("name")
+    kshow.set_defaults(func=_skills_show)
+
     cron = sub.add_parser("cron", help="scheduled prompts delivered to a chat")
     csub = cron.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = csub.add_parser("add", help="add a job (checked before it is saved)")
@@ -294,6 +303,34 @@ def _pair_approve(args: argparse.Namespace) -> int:
     if approved is None:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
     print(f"admitted {approved.transport} sender {approved.sender_id}")
+    return 0
+
+
+# -- skills ----------------------------------------------------------------------------------
+
+
+def _skills_list(args: argparse.Namespace) -> int:
+    from rousseau.skills import Skills
+
+    skills = Skills(_config(args, quiet=False).agent.skills_dir)
+    found = skills.load()
+    if not found:
+        print(f"no skills in {skills.folder}")
+    for skill in found:
+        triggers = ", ".join(skill.triggers) or "(none: never used)"
+        print(f"{skill.name}  [{triggers}]  {skill.description}")
+    return 0
+
+
+def _skills_show(args: argparse.Namespace) -> int:
+    from rousseau.agent import RousseauError
+    from rousseau.skills import Skills
+
+    skill = Skills(_config(args).agent.skills_dir).get(args.name)
+    if skill is None:
+        raise RousseauError(f"no skill named {args.name!r} (see: rousseau skills list)")
+    print(f"# {skill.name} ({skill.path})\ntriggers: {', '.join(skill.triggers)}\n")
+    print(skill.body)
     return 0
 
 

@@ -224,13 +224,13 @@ class Router:
                 inbound.text.strip().split(maxsplit=1)[0].lower() if inbound.text.strip() else ""
             )
             if command in ("/new", "/reset"):
-                await self._new_session(inbound.session_key)
+                await self._new_session(inbound)
                 await self._reply(inbound, "Started a new conversation.")
                 return
             if command == "/help":
                 await self._reply(inbound, HELP)
                 return
-            session = await self._session(inbound.session_key)
+            session = await self._session(inbound)
             current_inbound.set(inbound)  # this task's context: tools see which chat asked
             with structlog.contextvars.bound_contextvars(session=session.id):
                 if not (replay and await self.state.was_appended(inbound)):
@@ -255,7 +255,8 @@ class Router:
                     log.info("router.empty_reply")
                 await self._reply(inbound, text)
 
-    async def _session(self, key: str) -> Session:
+    async def _session(self, inbound: Inbound) -> Session:
+        key = inbound.session_key
         cached = self._sessions.get(key)
         if cached is not None:
             self._sessions.move_to_end(key)
@@ -265,10 +266,17 @@ class Router:
         session = await self.store.load(session_id) if session_id else None
         if session is None:
             session = await self.store.create_session(session_id or self.new_session_id())
-            await self.state.bind_session(key, session.id)
+            await self._bind(inbound, session.id)
         self._sessions[key] = session
         self._trim_sessions()
         return session
+
+    async def _bind(self, inbound: Inbound, session_id: str) -> None:
+        # Recall in a private chat may search its person's other private chats; a group's
+        # session belongs to the group, so nobody's private memory surfaces there.
+        chat = f"{inbound.transport}:{inbound.chat_id}"
+        owner = chat if inbound.is_group else f"{inbound.transport}:{inbound.sender_id}"
+        await self.state.bind_session(inbound.session_key, session_id, owner=owner, chat=chat)
 
     def _trim_sessions(self) -> None:
         held = sum(len(s.messages) for s in self._sessions.values())
@@ -278,10 +286,10 @@ class Router:
             _, dropped = self._sessions.popitem(last=False)
             held -= len(dropped.messages)
 
-    async def _new_session(self, key: str) -> None:
+    async def _new_session(self, inbound: Inbound) -> None:
         session = await self.store.create_session(self.new_session_id())
-        await self.state.bind_session(key, session.id)
-        self._sessions[key] = session
+        await self._bind(inbound, session.id)
+        self._sessions[inbound.session_key] = session
         log.info("router.new_session", session=session.id)
 
     async def _typing(self, inbound: Inbound) -> None:

@@ -52,6 +52,8 @@ class CronRunner:
     async def run(self, job: CronJob) -> RunOutcome:
         transport, recipient = job.target
         session = await self.store.create_session(title=f"cron: {job.name}")
+        # its replies land in the target chat: recall there may find them
+        await self.store.set_scope(session.id, owner=job.deliver_to, chat=job.deliver_to)
         with structlog.contextvars.bound_contextvars(job=job.name, session=session.id):
             try:
                 with anyio.fail_after(self.timeout):

@@ -211,7 +211,17 @@ class DaemonState:
 
         return await self.store.call(op)
 
-    async def bind_session(self, session_key: str, session_id: str) -> None:
+    async def bind_session(
+        self,
+        session_key: str,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        chat: str | None = None,
+    ) -> None:
+        """Make `session_id` the session of a chat; owner (`transport:sender`) and chat
+        (`transport:chat_id`) scope what recall may show in it."""
+
         def op(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT INTO chat_sessions (session_key, session_id, updated_at) VALUES (?, ?, ?)"
@@ -219,6 +229,12 @@ class DaemonState:
                 " updated_at = excluded.updated_at",
                 (session_key, session_id, time.time()),
             )
+            if owner is not None or chat is not None:
+                db.execute(
+                    "UPDATE sessions SET owner = coalesce(owner, ?), chat = coalesce(chat, ?)"
+                    " WHERE id = ?",
+                    (owner, chat, session_id),
+                )
 
         await self.store.call(op, write=True)
 

@@ -163,6 +163,36 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX cron_runs_job ON cron_runs(job_id, scheduled_at DESC)",
         ),
     ),
+    Migration(
+        6,
+        "full-text index over messages, session owners for scoped recall",
+        (
+            "ALTER TABLE sessions ADD COLUMN owner TEXT",  # transport:sender; NULL = local user
+            "ALTER TABLE sessions ADD COLUMN chat TEXT",  # transport:chat_id
+            "CREATE INDEX sessions_owner ON sessions(owner)",
+            "CREATE INDEX sessions_chat ON sessions(chat)",
+            """CREATE VIRTUAL TABLE messages_fts USING fts5(
+                text, content='messages', content_rowid='id',
+                tokenize='unicode61 remove_diacritics 2'
+            )""",
+            """CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages
+                WHEN new.text != '' BEGIN
+                INSERT INTO messages_fts (rowid, text) VALUES (new.id, new.text);
+            END""",
+            """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages
+                WHEN old.text != '' BEGIN
+                INSERT INTO messages_fts (messages_fts, rowid, text)
+                VALUES ('delete', old.id, old.text);
+            END""",
+            """CREATE TRIGGER messages_fts_update AFTER UPDATE OF text ON messages BEGIN
+                INSERT INTO messages_fts (messages_fts, rowid, text)
+                SELECT 'delete', old.id, old.text WHERE old.text != '';
+                INSERT INTO messages_fts (rowid, text) SELECT new.id, new.text
+                WHERE new.text != '';
+            END""",
+            "INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')",
+        ),
+    ),
 )
 
 

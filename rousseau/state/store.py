@@ -241,18 +241,27 @@ class Store:
 
     @staticmethod
     def _search(query: str, limit: int) -> Callable[[sqlite3.Connection], list[SearchHit]]:
-        escaped = query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        from rousseau.state.recall import search_op
+
+        find = search_op(query, limit, recall=False)
 
         def op(db: sqlite3.Connection) -> list[SearchHit]:
-            rows = db.execute(
-                "SELECT m.session_id, s.title, m.role, m.text, m.created_at FROM messages m"
-                " JOIN sessions s ON s.id = m.session_id"
-                " WHERE m.text LIKE ? ESCAPE '\\' ORDER BY m.id DESC LIMIT ?",
-                (f"%{escaped}%", limit),
+            hits = find(db)
+            titles = dict(
+                db.execute(
+                    f"SELECT id, title FROM sessions WHERE id IN ({','.join('?' * len(hits))})",
+                    [h.session_id for h in hits],
+                ).fetchall()
             )
             return [
-                SearchHit(session_id=r[0], title=r[1], role=Role(r[2]), text=r[3], created_at=r[4])
-                for r in rows
+                SearchHit(
+                    session_id=h.session_id,
+                    title=titles.get(h.session_id, ""),
+                    role=Role(h.role),
+                    text=h.snippet,
+                    created_at=h.created_at,
+                )
+                for h in hits
             ]
 
         return op
@@ -373,6 +382,16 @@ class Store:
                 " VALUES (?, ?, ?) ON CONFLICT (session_id, provider)"
                 " DO UPDATE SET external_id = excluded.external_id",
                 (session_id, provider, external),
+            )
+
+        await self.call(op, write=True)
+
+    async def set_scope(self, session_id: str, *, owner: str | None, chat: str | None) -> None:
+        """Whose session this is, for scoped recall (None, None: the local user's)."""
+
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE sessions SET owner = ?, chat = ? WHERE id = ?", (owner, chat, session_id)
             )
 
         await self.call(op, write=True)

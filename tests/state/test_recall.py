@@ -1,0 +1,186 @@
+"""FTS5 recall: kept in sync by triggers, safe against any text, scoped to its owner."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rousseau.agent import Agent, Message, Options, Session
+from rousseau.agent.testing import FunctionProvider, text_reply
+from rousseau.state import Store
+from rousseau.state.daemon_state import DaemonState
+from rousseau.state.recall import SQLiteRecall, fts_query, search_op
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    with Store(":memory:") as made:
+        yield made
+
+
+async def chat(store: Store, session_id: str, owner: str | None, *texts: str) -> None:
+    await store.create_session(session_id)
+    if owner is not None:
+        await DaemonState(store).bind_session(owner, session_id, owner=owner, chat=owner)
+    for text in texts:
+        await store.append_message(session_id, Message.user(text))
+
+
+async def test_recall_finds_another_session_and_never_the_current_one(store: Store) -> None:
+    await chat(store, "old", "telegram:42", "My locker code is 4711, remember it")
+    await chat(store, "noise", "telegram:42", "The weather was fine yesterday")
+    await chat(store, "now", "telegram:42", "what was my locker code again?")
+    current = await store.load("now")
+    assert current is not None
+    appendix = await SQLiteRecall(store).appendix(current)
+    assert "4711" in appendix and "weather" not in appendix
+    assert "what was my locker code again" not in appendix  # the current session is excluded
+
+
+async def test_scope_sender_never_shows_another_persons_sessions(store: Store) -> None:
+    await chat(store, "alice", "telegram:1", "Alice's salary is 90000 euros")
+    await chat(store, "bob", "telegram:2", "what is the salary?")
+    await chat(store, "group", "telegram:-100", "salary talk in the group")
+    bob = await store.load("bob")
+    assert bob is not None
+    assert await SQLiteRecall(store, scope="sender").appendix(bob) == ""
+    everything = await SQLiteRecall(store, scope="all").appendix(bob)
+    assert "90000" in everything and "group" in everything
+
+
+async def test_local_sessions_recall_only_local_sessions(store: Store) -> None:
+    await chat(store, "mine", None, "the deploy key lives in vault")
+    await chat(store, "theirs", "slack:U1", "the deploy key is rotated weekly")
+    await chat(store, "here", None, "where is the deploy key?")
+    here = await store.load("here")
+    assert here is not None
+    hits = await SQLiteRecall(store).recall(here, "where is the deploy key?")
+    assert [h.session_id for h in hits] == ["mine"]
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        '"',
+        '""',
+        "AND",
+        "OR NOT",
+        "*",
+        "NEAR(a b)",
+        "text:foo",
+        "a\"b'c",
+        "^start",
+        "-",
+        "(((",
+        "日本語のテキスト",
+        "emoji 🎉 party",
+        "\x00",
+        "a" * 5000,
+        "_ _ _",
+        "",
+    ],
+)
+async def test_hostile_text_never_raises(store: Store, hostile: str) -> None:
+    await chat(store, "s", None, "日本語のテキスト and an emoji party 🎉", "NEAR the end")
+    found = await store.call(search_op(hostile, 5))
+    assert isinstance(found, list)
+    assert isinstance(await store.search(hostile), list)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_any_text_makes_a_valid_query(text: str) -> None:
+    query = fts_query(text)
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+    if query is not None:
+        db.execute("SELECT * FROM t WHERE t MATCH ?", (query,)).fetchall()
+    db.close()
+
+
+async def test_index_follows_inserts_and_deletes(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as store:
+        await chat(store, "gone", None, "a zebra crossing")
+        assert [h.session_id for h in await store.search("zebra")] == ["gone"]
+        await store.delete_session("gone")
+        assert await store.search("zebra") == []
+        # and the index agrees with its content table
+        ok = await store.call(
+            lambda db: db.execute(
+                "INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)"
+            )
+        )
+        assert ok is not None
+
+
+def test_migration_backfills_existing_messages(tmp_path: Path) -> None:
+    """A store from before the index: its messages are searchable after the upgrade."""
+    from rousseau.state import migrations
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA foreign_keys = ON")
+    saved = migrations.MIGRATIONS
+    try:
+        migrations.MIGRATIONS = saved[:5]
+        migrations.migrate(db)
+    finally:
+        migrations.MIGRATIONS = saved
+    db.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('s', 0, 0)")
+    db.execute(
+        "INSERT INTO messages (session_id, role, content, text, created_at)"
+        " VALUES ('s', 'user', '[]', 'an aardvark appeared', 0)"
+    )
+    db.close()
+    with Store(path) as store:
+        [hit] = store.search_sync("aardvark")
+    assert hit.session_id == "s" and "aardvark" in hit.text
+
+
+async def test_session_search_matches_prefixes(store: Store) -> None:
+    await chat(store, "s", None, "Deployment finished at noon")
+    assert [h.session_id for h in await store.search("deploy")] == ["s"]
+    assert await store.search("deploy tomorrow") == []  # every word must match
+
+
+async def test_compressed_history_stays_in_the_store_and_in_recall(tmp_path: Path) -> None:
+    """Compression shortens what the model sees; the store and recall keep everything."""
+    from rousseau.agent import LLMCompressor
+
+    seen: list[int] = []
+
+    def answer(request) -> object:  # type: ignore[no-untyped-def]
+        if request.system and "summar" in request.system.lower():
+            return text_reply("Summary: we talked about many numbered things.")
+        seen.append(len(request.messages))
+        return text_reply("ok")
+
+    with Store(tmp_path / "s.db") as store:
+        provider = FunctionProvider(answer)
+        agent = Agent(
+            provider,
+            options=Options(
+                history=store,
+                compressor=LLMCompressor(provider, trigger_messages=10, keep_recent=4),
+                recall=SQLiteRecall(store),
+            ),
+        )
+        session = Session(id="long")
+        await store.create_session("long")
+        for i in range(12):
+            await agent.reply(session, f"fact number {i}: the capybara count is {i * 7}")
+        assert max(seen) <= 11 and seen[-1] < 11  # the working context was cut
+        info = store.info_sync("long")
+        assert info is not None and info.message_count == 24  # nothing deleted
+        await chat(store, "later", None, "what was the capybara count?")
+        later = await store.load("later")
+        assert later is not None
+        hits = await SQLiteRecall(store, top_k=30).recall(later, "capybara count")
+        assert {h.session_id for h in hits} == {"long"} and len(hits) == 12
