@@ -83,8 +83,8 @@ def cli(tmp: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]
     return subprocess.run([*ROUSSEAU, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-async def sent(telegram: TelegramHarness, count: int, timeout: float = 20) -> list[str]:
-    with anyio.fail_after(timeout):
+async def sent(telegram: TelegramHarness, count: int) -> list[str]:
+    with anyio.fail_after(20):
         while len(telegram.fake.sent) < count:
             await anyio.sleep(0.05)
     return [f"{s.chat_id}: {s.text}" for s in telegram.fake.sent]
