@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from rousseau.state.store import Store
 
 Scope = Literal["sender", "all"]
 MAX_TERMS = 16
+CANDIDATES = 2_000  # the most messages one recall query may have to rank
+RANKED = 500  # the best-ranked matches that are then filtered by session and scope
 _WORD = re.compile(r"\w+")
 _STOP = frozenset(
     "a an and are as at be but by can could did do does for from had has have he her him his how"
@@ -28,21 +31,50 @@ _STOP = frozenset(
 )
 
 
-def fts_query(text: str, *, recall: bool = True, max_terms: int = MAX_TERMS) -> str | None:
-    """An FTS5 query from free text, or None if it has no words.
-
-    recall: any of the words, stop words dropped (what a message is about); otherwise every
-    word as a prefix (what a person searching types)."""
+def words_of(text: str, *, recall: bool) -> list[str]:
+    """The distinct words of a text, as the index spells them (lower case, no accents);
+    for recall without stop words and single letters."""
+    plain = "".join(
+        c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c)
+    )
     seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
+    for word in _WORD.findall(plain):
         word = word.strip("_")
         if word and not (recall and (word in _STOP or (len(word) < 2 and not word.isdigit()))):
             seen.setdefault(word, None)
-    if recall:  # the longest words are the most telling; keep the query short
-        return (
-            " OR ".join(f'"{w}"' for w in sorted(seen, key=len, reverse=True)[:max_terms]) or None
-        )
-    return " AND ".join(f'"{w}"*' for w in list(seen)[:max_terms]) or None
+    return list(seen)
+
+
+def fts_query(text: str, *, recall: bool = True, max_terms: int = MAX_TERMS) -> str | None:
+    """An FTS5 query from free text, or None if it has no words.
+
+    recall: any of the words (what a message is about); otherwise every word as a prefix
+    (what a person searching types). Each word is quoted: no FTS5 syntax gets through."""
+    words = words_of(text, recall=recall)[:max_terms]
+    if recall:
+        return " OR ".join(f'"{w}"' for w in words) or None
+    return " AND ".join(f'"{w}"*' for w in words) or None
+
+
+def telling_words(db: sqlite3.Connection, words: list[str]) -> list[str]:
+    """The rarest of `words` whose matches together stay under CANDIDATES: common words say
+    little about a message, and ranking their matches would scan much of the index. Each
+    word's count is taken up to the cap only, so asking costs little even for common ones."""
+    counts: dict[str, int] = {}
+    for word in words:
+        (counts[word],) = db.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+            " LIMIT ?)",
+            (f'"{word}"', CANDIDATES + 1),
+        ).fetchone()
+    chosen: list[str] = []
+    total = 0
+    for word in sorted((w for w in words if counts[w]), key=counts.__getitem__):
+        if total + counts[word] > CANDIDATES or len(chosen) == MAX_TERMS:
+            break
+        chosen.append(word)
+        total += counts[word]
+    return chosen
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,13 +95,17 @@ def search_op(
 ) -> Callable[[sqlite3.Connection], list[Recalled]]:
     """The store operation behind recall and `session search`; scope_of: a session whose
     owner's (or chat's) sessions are the only ones searched."""
-    match = fts_query(query, recall=recall)
 
     def op(db: sqlite3.Connection) -> list[Recalled]:
+        if recall:
+            rare = telling_words(db, words_of(query, recall=True))
+            match = " OR ".join(f'"{w}"' for w in rare) or None
+        else:
+            match = fts_query(query, recall=False)
         if match is None:
             return []
         where = ""
-        args: list[object] = [match]
+        args: list[object] = []
         if exclude is not None:
             where += " AND m.session_id != ?"
             args.append(exclude)
@@ -83,16 +119,29 @@ def search_op(
                 where += " AND (s.owner = ? OR s.chat = ?)"
                 args += [owner, chat]
         rows = db.execute(
-            "SELECT m.session_id, m.role, snippet(messages_fts, 0, '', '', ' … ', 24),"
-            " m.created_at FROM messages_fts f JOIN messages m ON m.id = f.rowid"
-            " JOIN sessions s ON s.id = m.session_id"
-            f" WHERE messages_fts MATCH ? {where} ORDER BY f.rank LIMIT ?",
-            (*args, limit),
-        )
-        return [
-            Recalled(session_id=r[0], role=r[1], snippet=" ".join(r[2].split()), created_at=r[3])
-            for r in rows
-        ]
+            "SELECT m.id, m.session_id, m.role, m.created_at FROM"
+            " (SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
+            "  ORDER BY rank LIMIT ?) f"
+            " JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id"
+            f" WHERE 1 {where} ORDER BY f.rank LIMIT ?",
+            (match, RANKED if recall else limit * 10, *args, limit),
+        ).fetchall()
+        found = []
+        for row_id, session_id, role, created_at in rows:  # snippets for the chosen few only
+            (snip,) = db.execute(
+                "SELECT snippet(messages_fts, 0, '', '', ' … ', 24) FROM messages_fts"
+                " WHERE messages_fts MATCH ? AND rowid = ?",
+                (match, row_id),
+            ).fetchone()
+            found.append(
+                Recalled(
+                    session_id=session_id,
+                    role=role,
+                    snippet=" ".join(snip.split()),
+                    created_at=created_at,
+                )
+            )
+        return found
 
     return op
 
