@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "action", nargs="?", choices=["login"], help="login: pair by QR code, then exit"
             )
 
+    sub.add_parser(
+        "mcp", help="serve the tools and the stored conversations over MCP (stdio)"
+    ).set_defaults(func=_mcp)
+
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
     ksub = skills.add_subparsers(dest="action", metavar="ACTION", required=True)
     ksub.add_parser("list", help="each skill, its triggers and description").set_defaults(
@@ -303,6 +307,26 @@ def _pair_approve(args: argparse.Namespace) -> int:
     if approved is None:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
     print(f"admitted {approved.transport} sender {approved.sender_id}")
+    return 0
+
+
+# -- mcp -------------------------------------------------------------------------------------
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    """An MCP server on stdin/stdout (logs go to stderr, so the protocol stays clean)."""
+    from rousseau.agent import MissingExtraError
+
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise MissingExtraError("rousseau mcp", "mcp") from None
+    from rousseau.app import build_approver, build_registry
+    from rousseau.mcp.server import serve
+
+    config = _config(args)
+    with _store(args) as store:
+        serve(build_registry(config), build_approver(config), store)
     return 0
 
 

@@ -229,6 +229,7 @@ class MCPServerConfig(Section):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _command_or_url(self) -> MCPServerConfig:

@@ -194,38 +194,53 @@ class Agent:
     async def _run_tool(
         self, session: Session, use: ToolUse, *, unattended: bool
     ) -> tuple[ToolResult, bool]:
-        def error(text: str) -> ToolResult:
-            return ToolResult(tool_use_id=use.id, content=text, is_error=True)
+        return await run_tool(
+            self.tools, self.options.approver, session.id, use, unattended=unattended
+        )
 
-        try:
-            if self.tools is None:
-                raise ToolNotFoundError(use.name)
-            tool = self.tools.get(use.name)
-        except ToolNotFoundError as exc:
-            log.warning("agent.tool_not_found", session=session.id, tool=use.name)
-            return error(str(exc)), False
-        problem = tool.validate(use.input)
-        if problem:
-            return error(f"invalid input for {use.name}: {problem}"), False
-        request = ApprovalRequest(session_id=session.id, tool_use=use, unattended=unattended)
-        try:
-            decision = await self.options.approver.approve(request)
-        except Exception as exc:
-            log.exception("agent.approver_failed", session=session.id, tool=use.name)
-            return error(f"denied: the approver failed ({exc})"), True
-        if not decision.allow:
-            log.info("agent.tool_denied", session=session.id, tool=use.name)
-            return error(f"denied: {decision.reason or 'not approved'}"), True
-        call = ToolCall(session_id=session.id, tool_use_id=use.id)
-        try:
-            output = await tool.execute(use.input, call)
-        except Exception as exc:
-            log.exception("agent.tool_failed", session=session.id, tool=use.name)
-            return error(f"{use.name} failed: {type(exc).__name__}: {exc}"), False
-        log.info("agent.tool_ran", session=session.id, tool=use.name, is_error=output.is_error)
-        return ToolResult(
-            tool_use_id=use.id, content=output.content, is_error=output.is_error
-        ), False
+
+async def run_tool(
+    tools: ToolBox | None,
+    approver: Approver,
+    session_id: str,
+    use: ToolUse,
+    *,
+    unattended: bool = False,
+) -> tuple[ToolResult, bool]:
+    """One tool call as the loop makes it: find the tool, check its input, ask the approver,
+    run it. Every failure becomes an error result; the flag says whether it was denied.
+    (The MCP server runs calls through here too, so both keep the same rules.)"""
+
+    def error(text: str) -> ToolResult:
+        return ToolResult(tool_use_id=use.id, content=text, is_error=True)
+
+    try:
+        if tools is None:
+            raise ToolNotFoundError(use.name)
+        tool = tools.get(use.name)
+    except ToolNotFoundError as exc:
+        log.warning("agent.tool_not_found", session=session_id, tool=use.name)
+        return error(str(exc)), False
+    problem = tool.validate(use.input)
+    if problem:
+        return error(f"invalid input for {use.name}: {problem}"), False
+    request = ApprovalRequest(session_id=session_id, tool_use=use, unattended=unattended)
+    try:
+        decision = await approver.approve(request)
+    except Exception as exc:
+        log.exception("agent.approver_failed", session=session_id, tool=use.name)
+        return error(f"denied: the approver failed ({exc})"), True
+    if not decision.allow:
+        log.info("agent.tool_denied", session=session_id, tool=use.name)
+        return error(f"denied: {decision.reason or 'not approved'}"), True
+    call = ToolCall(session_id=session_id, tool_use_id=use.id)
+    try:
+        output = await tool.execute(use.input, call)
+    except Exception as exc:
+        log.exception("agent.tool_failed", session=session_id, tool=use.name)
+        return error(f"{use.name} failed: {type(exc).__name__}: {exc}"), False
+    log.info("agent.tool_ran", session=session_id, tool=use.name, is_error=output.is_error)
+    return ToolResult(tool_use_id=use.id, content=output.content, is_error=output.is_error), False
 
 
 def _results_message(uses: list[ToolUse], results: list[ToolResult], missing: str) -> Message:

@@ -7,11 +7,13 @@ from collections.abc import Iterable
 
 from rousseau.tools.base import (
     DuplicateToolError,
+    FunctionTool,
     OutsideWorkspaceError,
     Registry,
     Tool,
     Workspace,
     WorkspaceTool,
+    function_tool,
 )
 from rousseau.tools.bash import BashTool, scrubbed_environ
 from rousseau.tools.edit import EditTool
@@ -23,6 +25,7 @@ __all__ = [
     "BashTool",
     "DuplicateToolError",
     "EditTool",
+    "FunctionTool",
     "GrepTool",
     "OutsideWorkspaceError",
     "ReadTool",
@@ -32,6 +35,7 @@ __all__ = [
     "WorkspaceTool",
     "WriteTool",
     "builtin_registry",
+    "function_tool",
     "scrubbed_environ",
 ]
 

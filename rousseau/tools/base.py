@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -51,6 +51,29 @@ class Tool(ABC):
 
     @abstractmethod
     async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput: ...
+
+
+ToolFunction = Callable[[dict[str, Any], ToolCall], Awaitable[ToolOutput]]
+
+
+class FunctionTool(Tool):
+    """A tool made at run time from a name, a schema and a function (see `function_tool`)."""
+
+    def __init__(self, run: ToolFunction) -> None:
+        self._run = run
+
+    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+        return await self._run(input, call)
+
+
+def function_tool(
+    name: str, description: str, input_schema: dict[str, Any], run: ToolFunction
+) -> Tool:
+    """A tool whose name and schema are known only at run time (MCP tools, store tools)."""
+    attributes = {"name": name, "description": description, "input_schema": input_schema}
+    kind = type(f"FunctionTool[{name}]", (FunctionTool,), attributes)
+    tool: Tool = kind(run)
+    return tool
 
 
 def _describe(path: Iterable[Any], message: str) -> str:
