@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from rousseau.agent import (
@@ -92,3 +94,15 @@ def build_agent(
         ),
     )
     return Agent(provider, registry if registry is not None else build_registry(config), options)
+
+
+@asynccontextmanager
+async def connected_agent(
+    config: Config, provider: Provider, store: Store | None, *, ask: AskFn | None = None
+) -> AsyncIterator[Agent]:
+    """`build_agent`, with the configured MCP servers' tools connected while it is in use."""
+    from rousseau.mcp.client import mcp_tools
+
+    registry = build_registry(config)
+    async with mcp_tools(config.mcp_servers, registry):
+        yield build_agent(config, provider, store, ask=ask, registry=registry)

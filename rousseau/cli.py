@@ -202,14 +202,14 @@ async def _open_session(store: Any, session_id: str | None) -> Any:
 
 async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.Namespace) -> int:
     from rousseau.agent import RousseauError
-    from rousseau.app import build_agent
+    from rousseau.app import connected_agent
     from rousseau.transports.terminal import default_screen, run_turn
 
-    agent = build_agent(config, provider, store)
     session = await _open_session(store, args.session)
     screen = default_screen(interactive=False)
     try:
-        await run_turn(agent, session, args.message, screen)
+        async with connected_agent(config, provider, store) as agent:
+            await run_turn(agent, session, args.message, screen)
     except RousseauError as exc:
         _fail(str(exc))
         return 1
@@ -221,7 +221,7 @@ async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.N
 async def _chat_interactive(
     config: Config, provider: Any, store: Any, args: argparse.Namespace, name: str
 ) -> None:
-    from rousseau.app import build_agent
+    from rousseau.app import connected_agent
     from rousseau.transports.terminal import (
         HELP,
         LineReader,
@@ -232,14 +232,15 @@ async def _chat_interactive(
 
     screen = default_screen(interactive=True)
     reader = LineReader()
-    agent = build_agent(config, provider, store, ask=TerminalApproval(reader, screen))
     session = await _open_session(store, args.session)
     model = getattr(provider, "model", "")
     banner = screen.paint.dim(
         f"rousseau · {name} {model} · session {session.id}\n{HELP} Ctrl-C stops a reply."
     )
+    ask = TerminalApproval(reader, screen)
     try:
-        await interactive(agent, store, session, screen, reader, banner)
+        async with connected_agent(config, provider, store, ask=ask) as agent:
+            await interactive(agent, store, session, screen, reader, banner)
     finally:
         await _close(provider)
 

@@ -24,6 +24,7 @@ from rousseau.agent import ConfigError, Provider
 from rousseau.app import build_agent, build_registry
 from rousseau.config import Config, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
+from rousseau.mcp.client import mcp_tools
 from rousseau.metrics import Metrics
 from rousseau.providers import build_provider, detect_provider
 from rousseau.router import ChatPolicy, RateLimiter, Router
@@ -303,7 +304,8 @@ class Daemon:
                 "daemon.starting", provider=name, reason=why, transports=sorted(self.transports)
             )
             router = self._router(provider, store)
-            await self._serve(router, self._scheduler(router, store))
+            async with mcp_tools(config.mcp_servers, self._registry):
+                await self._serve(router, self._scheduler(router, store))
         finally:
             with anyio.CancelScope(shield=True):
                 for transport in self.transports.values():
@@ -320,7 +322,7 @@ class Daemon:
     def _router(self, provider: Provider, store: Store) -> Router:
         config = self.config
         rl = config.ratelimit
-        registry = build_registry(config)
+        registry = self._registry = build_registry(config)
         self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
         registry.register(self._cron_tool)
         return Router(
