@@ -114,3 +114,26 @@ async def test_the_daemon_connects_configured_servers(tmp_path: Path) -> None:
             [sent] = await memory.wait_sent(1)
         daemon.stop()
     assert sent.text == "FROM THE DAEMON!"
+
+
+async def test_a_streamable_http_server_with_headers() -> None:
+    import uvicorn
+
+    from tests.mcp.remote_server import remote
+
+    app = remote.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(10):
+            while not server.started:
+                await anyio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        config = MCPServerConfig(
+            url=f"http://127.0.0.1:{port}/mcp", headers={"Authorization": "Bearer test-token"}
+        )
+        registry = Registry()
+        async with mcp_tools({"remote": config}, registry):
+            said = await registry.get("remote__whoami").execute({}, None)  # type: ignore[arg-type]
+        server.should_exit = True
+    assert not said.is_error and said.content == "Bearer test-token"

@@ -184,3 +184,25 @@ async def test_compressed_history_stays_in_the_store_and_in_recall(tmp_path: Pat
         assert later is not None
         hits = await SQLiteRecall(store, top_k=30).recall(later, "capybara count")
         assert {h.session_id for h in hits} == {"long"} and len(hits) == 12
+
+
+def test_build_agent_wires_recall_skills_and_compression(tmp_path: Path) -> None:
+    from rousseau.agent import LLMCompressor
+    from rousseau.app import build_agent
+    from rousseau.config import load_config
+    from rousseau.skills import Skills
+
+    env = {
+        "HOME": str(tmp_path),
+        "ROUSSEAU_AGENT_COMPRESSION_ENABLED": "true",
+        "ROUSSEAU_AGENT_RECALL_SCOPE": "all",
+        "ROUSSEAU_AGENT_SKILLS_DIR": str(tmp_path / "skills"),
+    }
+    with Store(":memory:") as store:
+        agent = build_agent(
+            load_config(None, env), FunctionProvider(lambda r: text_reply("")), store
+        )
+    assert isinstance(agent.options.compressor, LLMCompressor)
+    assert isinstance(agent.options.recall, SQLiteRecall) and agent.options.recall.scope == "all"
+    assert isinstance(agent.options.skills, Skills)
+    assert agent.options.skills.folder == tmp_path / "skills"
