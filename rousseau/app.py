@@ -86,6 +86,7 @@ def build_agent(
         approver=build_approver(config, ask),
         compressor=build_compressor(config, provider),
         history=store,
+        audit=store,
         skills=Skills(config.agent.skills_dir),
         recall=(
             SQLiteRecall(store, recall.top_k, recall.scope)

@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "mcp", help="serve the tools and the stored conversations over MCP (stdio)"
     ).set_defaults(func=_mcp)
+    audit = sub.add_parser("audit", help="every tool call: who decided, and what came of it")
+    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--session", metavar="ID", help="only this session's calls")
+    audit.set_defaults(func=_audit)
 
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
     ksub = skills.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -308,6 +312,24 @@ def _pair_approve(args: argparse.Namespace) -> int:
     if approved is None:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
     print(f"admitted {approved.transport} sender {approved.sender_id}")
+    return 0
+
+
+# -- audit -----------------------------------------------------------------------------------
+
+
+def _audit(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        calls = store.tool_calls_sync(args.limit, args.session)
+    if not calls:
+        print("no tool calls recorded")
+    for c in reversed(calls):
+        why = f" ({c.reason})" if c.reason and c.decision != "allow" else ""
+        print(
+            f"{_when(c.started_at)}  {c.session_id:<12} {c.tool:<14} {c.decision:<7}"
+            f" {c.outcome:<6} {c.duration * 1000:7.0f} ms  by {c.decided_by or '-'}"
+            f"  input {c.input_digest}{why}"
+        )
     return 0
 
 

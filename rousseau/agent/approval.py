@@ -34,14 +34,16 @@ class Decision:
 
     allow: bool
     reason: str = ""
+    by: str = ""
+    """Who or what decided, for the audit trail: a rule, the policy, a person, a timeout."""
 
     @classmethod
-    def allowed(cls) -> Decision:
-        return cls(allow=True)
+    def allowed(cls, by: str = "") -> Decision:
+        return cls(allow=True, by=by)
 
     @classmethod
-    def denied(cls, reason: str) -> Decision:
-        return cls(allow=False, reason=reason)
+    def denied(cls, reason: str, by: str = "") -> Decision:
+        return cls(allow=False, reason=reason, by=by)
 
 
 class Approver(Protocol):
@@ -52,7 +54,7 @@ class AllowAllApprover:
     """Lets every call through. For trusted, sandboxed setups only."""
 
     async def approve(self, request: ApprovalRequest) -> Decision:
-        return Decision.allowed()
+        return Decision.allowed(by="policy: allow_all")
 
 
 class DenyAllApprover:
@@ -62,7 +64,7 @@ class DenyAllApprover:
         self.reason = reason
 
     async def approve(self, request: ApprovalRequest) -> Decision:
-        return Decision.denied(self.reason or "tool use is disabled")
+        return Decision.denied(self.reason or "tool use is disabled", by="policy: deny_all")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -93,6 +95,10 @@ class _CompiledRule:
 Verdict = Literal["allow", "deny"]
 
 
+def _label(rule: PatternRule) -> str:
+    return f"{rule.tool} {rule.match!r}" if rule.match else rule.tool
+
+
 class PatternApprover:
     """Regex rules per tool name; deny wins, unmatched calls get `default` (empty means deny).
 
@@ -106,67 +112,102 @@ class PatternApprover:
         deny: Sequence[PatternRule] = (),
         default: str = "deny",
         reason: str = "",
+        ask: Sequence[PatternRule] = (),
     ) -> None:
         if default not in ("", "allow", "deny"):
             raise ValueError(f"default must be 'allow' or 'deny', not {default!r}")
         self._allow = [_CompiledRule(r) for r in allow]
         self._deny = [_CompiledRule(r) for r in deny]
+        self._ask = [_CompiledRule(r) for r in ask]
         self.default: Verdict = "allow" if default == "allow" else "deny"
         self.reason = reason
 
-    def match(self, request: ApprovalRequest) -> Decision | None:
-        """The decision the rules settle, or None when no rule matches."""
+    def settle(self, request: ApprovalRequest) -> Decision | Literal["ask"] | None:
+        """What the rules say: a decision, "ask" (a person must decide), or None (no rule
+        matches). Deny rules win over ask rules, ask rules over allow rules."""
         tool = request.tool
-        rules = [r for r in (*self._deny, *self._allow) if r.applies_to(tool)]
+        rules = [r for r in (*self._deny, *self._ask, *self._allow) if r.applies_to(tool)]
         broken = next((r for r in rules if r.error), None)
         if broken is not None:
-            return Decision.denied(broken.error)
+            return Decision.denied(broken.error, by="rule: broken pattern")
         if not rules:
             return None
         raw = request.tool_use.input_json()
-        for r in self._deny:
-            if r.applies_to(tool) and r.regex is not None and r.regex.search(raw):
-                return Decision.denied(
-                    self.reason or f"denied by rule: {r.rule.tool} matches {r.rule.match!r}"
-                )
-        for r in self._allow:
-            if r.applies_to(tool) and r.regex is not None and r.regex.search(raw):
-                return Decision.allowed()
+
+        def hit(found: list[_CompiledRule]) -> _CompiledRule | None:
+            return next(
+                (r for r in found if r.applies_to(tool) and r.regex and r.regex.search(raw)), None
+            )
+
+        if (r := hit(self._deny)) is not None:
+            return Decision.denied(
+                self.reason or f"denied by rule: {r.rule.tool} matches {r.rule.match!r}",
+                by=f"rule: deny {_label(r.rule)}",
+            )
+        if hit(self._ask) is not None:
+            return "ask"
+        if (r := hit(self._allow)) is not None:
+            return Decision.allowed(by=f"rule: allow {_label(r.rule)}")
         return None
 
+    def match(self, request: ApprovalRequest) -> Decision | None:
+        """The decision the rules settle, or None when a person or the default must decide."""
+        found = self.settle(request)
+        return found if isinstance(found, Decision) else None
+
     async def approve(self, request: ApprovalRequest) -> Decision:
-        decision = self.match(request)
-        if decision is not None:
-            return decision
+        found = self.settle(request)
+        if found == "ask":
+            return Decision.denied(
+                "this call needs a person's approval and there is no one to ask here",
+                by="rule: ask (no one to ask)",
+            )
+        if isinstance(found, Decision):
+            return found
+        return self.fallback(request)
+
+    def fallback(self, request: ApprovalRequest) -> Decision:
+        """The default for a call no rule matches."""
         if self.default == "allow":
-            return Decision.allowed()
-        return Decision.denied(self.reason or f"tool {request.tool!r} is not allowed by policy")
+            return Decision.allowed(by="policy default: allow")
+        return Decision.denied(
+            self.reason or f"tool {request.tool!r} is not allowed by policy",
+            by="policy default: deny",
+        )
 
 
-AskFn = Callable[[ApprovalRequest], Awaitable[bool]]
+AskFn = Callable[[ApprovalRequest], Awaitable["bool | Decision"]]
+"""Put a call to a person: True/False, or a Decision saying who decided."""
 
 
 @dataclass(kw_only=True, slots=True)
 class AskingApprover:
-    """Rules first; a call they do not settle is put to a person via `ask`.
+    """Rules first; a call they send to a person (an ask rule, or with `ask_unmatched`, any
+    call no rule matches) is put to one via `ask`.
 
-    Unattended turns never wait: an unsettled call is denied.
+    Unattended turns never wait: a call that would ask is denied.
     """
 
     rules: PatternApprover
     ask: AskFn
+    ask_unmatched: bool = True
     declined_reason: str = "the user declined this tool call"
     unattended_reason: str = "no one is present to approve this tool call"
 
     async def approve(self, request: ApprovalRequest) -> Decision:
-        decision = self.rules.match(request)
-        if decision is not None:
-            return decision
+        found = self.rules.settle(request)
+        if isinstance(found, Decision):
+            return found
+        if found is None and not self.ask_unmatched:
+            return self.rules.fallback(request)
         if request.unattended:
-            return Decision.denied(self.unattended_reason)
-        if await self.ask(request):
-            return Decision.allowed()
-        return Decision.denied(self.declined_reason)
+            return Decision.denied(self.unattended_reason, by="unattended: nobody to ask")
+        answer = await self.ask(request)
+        if isinstance(answer, Decision):
+            return answer
+        if answer:
+            return Decision.allowed(by="person")
+        return Decision.denied(self.declined_reason, by="person")
 
 
 def default_rules() -> PatternApprover:

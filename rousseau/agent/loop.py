@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from rousseau.agent.approval import ApprovalRequest, Approver, default_rules
+from rousseau.agent.approval import ApprovalRequest, Approver, Decision, default_rules
 from rousseau.agent.compress import Compressor, NoopCompressor
 from rousseau.agent.errors import (
     EmptySessionError,
@@ -18,6 +20,7 @@ from rousseau.agent.errors import (
     ToolNotFoundError,
 )
 from rousseau.agent.protocols import (
+    AuditLog,
     MessageLog,
     Provider,
     RecallProvider,
@@ -25,6 +28,7 @@ from rousseau.agent.protocols import (
     StreamingProvider,
     ToolBox,
     ToolCall,
+    ToolCallRecord,
 )
 from rousseau.agent.repair import repair_history
 from rousseau.agent.types import (
@@ -61,6 +65,8 @@ class Options:
     recall: RecallProvider | None = None
     history: MessageLog | None = None
     """Where every message the loop adds is persisted, if anywhere."""
+    audit: AuditLog | None = None
+    """Where every tool call is recorded, if anywhere."""
 
 
 class Agent:
@@ -195,7 +201,12 @@ class Agent:
         self, session: Session, use: ToolUse, *, unattended: bool
     ) -> tuple[ToolResult, bool]:
         return await run_tool(
-            self.tools, self.options.approver, session.id, use, unattended=unattended
+            self.tools,
+            self.options.approver,
+            session.id,
+            use,
+            unattended=unattended,
+            audit=self.options.audit,
         )
 
 
@@ -206,10 +217,51 @@ async def run_tool(
     use: ToolUse,
     *,
     unattended: bool = False,
+    audit: AuditLog | None = None,
 ) -> tuple[ToolResult, bool]:
     """One tool call as the loop makes it: find the tool, check its input, ask the approver,
-    run it. Every failure becomes an error result; the flag says whether it was denied.
-    (The MCP server runs calls through here too, so both keep the same rules.)"""
+    run it, and record it in `audit`. Every failure becomes an error result; the flag says
+    whether it was denied. (The MCP server runs calls through here too.)"""
+    started = time.time()
+    clock = time.monotonic()
+    result, decision = await _attempt(tools, approver, session_id, use, unattended)
+    if audit is not None:
+        digest = hashlib.sha256(use.input_json().encode()).hexdigest()[:16]
+        if decision is None:
+            verdict, by, reason = "invalid", "", result.content[:200]
+        else:
+            verdict = "allow" if decision.allow else "deny"
+            by, reason = decision.by, decision.reason
+        if decision is not None and not decision.allow:
+            outcome = "denied"
+        else:
+            outcome = "error" if result.is_error else "ok"
+        record = ToolCallRecord(
+            session_id=session_id,
+            tool=use.name,
+            input_digest=digest,
+            decision=verdict,
+            decided_by=by,
+            reason=reason,
+            started_at=started,
+            duration=time.monotonic() - clock,
+            outcome=outcome,
+        )
+        try:
+            await audit.record_tool_call(record)
+        except Exception:
+            log.exception("agent.audit_failed", session=session_id, tool=use.name)
+    return result, decision is not None and not decision.allow
+
+
+async def _attempt(
+    tools: ToolBox | None,
+    approver: Approver,
+    session_id: str,
+    use: ToolUse,
+    unattended: bool,
+) -> tuple[ToolResult, Decision | None]:
+    """The call itself; the decision is None when it never reached the approver."""
 
     def error(text: str) -> ToolResult:
         return ToolResult(tool_use_id=use.id, content=text, is_error=True)
@@ -220,27 +272,30 @@ async def run_tool(
         tool = tools.get(use.name)
     except ToolNotFoundError as exc:
         log.warning("agent.tool_not_found", session=session_id, tool=use.name)
-        return error(str(exc)), False
+        return error(str(exc)), None
     problem = tool.validate(use.input)
     if problem:
-        return error(f"invalid input for {use.name}: {problem}"), False
+        return error(f"invalid input for {use.name}: {problem}"), None
     request = ApprovalRequest(session_id=session_id, tool_use=use, unattended=unattended)
     try:
         decision = await approver.approve(request)
     except Exception as exc:
         log.exception("agent.approver_failed", session=session_id, tool=use.name)
-        return error(f"denied: the approver failed ({exc})"), True
+        failed = Decision.denied(f"the approver failed ({exc})", by="approver error")
+        return error(f"denied: {failed.reason}"), failed
     if not decision.allow:
-        log.info("agent.tool_denied", session=session_id, tool=use.name)
-        return error(f"denied: {decision.reason or 'not approved'}"), True
+        log.info("agent.tool_denied", session=session_id, tool=use.name, by=decision.by)
+        return error(f"denied: {decision.reason or 'not approved'}"), decision
     call = ToolCall(session_id=session_id, tool_use_id=use.id)
     try:
         output = await tool.execute(use.input, call)
     except Exception as exc:
         log.exception("agent.tool_failed", session=session_id, tool=use.name)
-        return error(f"{use.name} failed: {type(exc).__name__}: {exc}"), False
+        return error(f"{use.name} failed: {type(exc).__name__}: {exc}"), decision
     log.info("agent.tool_ran", session=session_id, tool=use.name, is_error=output.is_error)
-    return ToolResult(tool_use_id=use.id, content=output.content, is_error=output.is_error), False
+    return ToolResult(
+        tool_use_id=use.id, content=output.content, is_error=output.is_error
+    ), decision
 
 
 def _results_message(uses: list[ToolUse], results: list[ToolResult], missing: str) -> Message:

@@ -86,6 +86,29 @@ class RecallProvider(Protocol):
     async def appendix(self, session: Session) -> str: ...
 
 
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ToolCallRecord:
+    """One tool call as the audit trail keeps it (the input only as a digest)."""
+
+    session_id: str
+    tool: str
+    input_digest: str
+    decision: str
+    """allow, deny, or invalid (bad input, unknown tool: never reached the approver)."""
+    decided_by: str
+    reason: str
+    started_at: float
+    duration: float
+    outcome: str
+    """ok, error or denied."""
+
+
+class AuditLog(Protocol):
+    """Where every tool call is recorded (the Store implements it)."""
+
+    async def record_tool_call(self, record: ToolCallRecord) -> None: ...
+
+
 class MessageLog(Protocol):
     """Durable history: the loop appends every message it adds to a session.
 

@@ -193,6 +193,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')",
         ),
     ),
+    Migration(
+        7,
+        "audit trail of tool calls",
+        (
+            """CREATE TABLE tool_calls (
+                id INTEGER PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                input_digest TEXT NOT NULL,
+                decision TEXT NOT NULL CHECK (decision IN ('allow', 'deny', 'invalid')),
+                decided_by TEXT NOT NULL DEFAULT '',
+                reason TEXT NOT NULL DEFAULT '',
+                started_at REAL NOT NULL,
+                duration REAL NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'error', 'denied'))
+            )""",
+            "CREATE INDEX tool_calls_at ON tool_calls(started_at DESC)",
+            "CREATE INDEX tool_calls_session ON tool_calls(session_id, started_at)",
+        ),
+    ),
 )
 
 

@@ -20,6 +20,7 @@ import anyio
 import structlog
 
 from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError, Usage
+from rousseau.agent.protocols import ToolCallRecord
 from rousseau.state.migrations import migrate
 from rousseau.state.worker import DBWorker
 
@@ -385,6 +386,59 @@ class Store:
             )
 
         await self.call(op, write=True)
+
+    async def record_tool_call(self, record: ToolCallRecord) -> None:
+        """The audit trail (queued with the session's messages, in order)."""
+
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO tool_calls (session_id, tool, input_digest, decision, decided_by,"
+                " reason, started_at, duration, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.session_id,
+                    record.tool,
+                    record.input_digest,
+                    record.decision,
+                    record.decided_by,
+                    record.reason,
+                    record.started_at,
+                    record.duration,
+                    record.outcome,
+                ),
+            )
+
+        await self.submit(op)
+
+    def tool_calls_sync(
+        self, limit: int = 50, session_id: str | None = None
+    ) -> list[ToolCallRecord]:
+        """The newest audit records first."""
+        where, args = (
+            ("WHERE session_id = ?", (session_id, limit)) if session_id else ("", (limit,))
+        )
+
+        def op(db: sqlite3.Connection) -> list[ToolCallRecord]:
+            rows = db.execute(
+                "SELECT session_id, tool, input_digest, decision, decided_by, reason, started_at,"
+                f" duration, outcome FROM tool_calls {where} ORDER BY id DESC LIMIT ?",
+                args,
+            )
+            return [
+                ToolCallRecord(
+                    session_id=r[0],
+                    tool=r[1],
+                    input_digest=r[2],
+                    decision=r[3],
+                    decided_by=r[4],
+                    reason=r[5],
+                    started_at=r[6],
+                    duration=r[7],
+                    outcome=r[8],
+                )
+                for r in rows
+            ]
+
+        return self.call_sync(op)
 
     async def set_scope(self, session_id: str, *, owner: str | None, chat: str | None) -> None:
         """Whose session this is, for scoped recall (None, None: the local user's)."""
