@@ -22,14 +22,17 @@ from rousseau.agent import (
     default_rules,
 )
 from rousseau.agent.approval import AskFn
-from rousseau.config import ApproverConfig, Config
+from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.state import Store
 from rousseau.tools import Registry, builtin_registry
 
 
-def build_approver(config: Config, ask: AskFn | None = None) -> Approver:
-    """The configured policy. `ask` is how to put a question to a present person, if any."""
-    ac = config.agent.approver
+def build_approver(
+    config: Config, ask: AskFn | None = None, section: ApproverConfig | None = None
+) -> Approver:
+    """The configured policy (`section`, default agent.approver). `ask` is how to put a
+    question to a person (the terminal, the owners' chats), if anyone can be asked."""
+    ac = section if section is not None else config.agent.approver
     if ac is None:
         return AskingApprover(rules=default_rules(), ask=ask) if ask else default_rules()
     if ac.mode == "allow_all":
@@ -37,15 +40,20 @@ def build_approver(config: Config, ask: AskFn | None = None) -> Approver:
     if ac.mode == "deny_all":
         return DenyAllApprover(ac.reason or "tool use is disabled by configuration")
     rules = _pattern(ac)
-    if ac.mode == "ask" and ask is not None:
-        return AskingApprover(rules=rules, ask=ask)
+    if ask is not None and (ac.mode == "ask" or ac.ask or any(r.action == "ask" for r in ac.rules)):
+        return AskingApprover(rules=rules, ask=ask, ask_unmatched=ac.mode == "ask")
     return rules
 
 
 def _pattern(ac: ApproverConfig) -> PatternApprover:
+    def rules(plain: list[RuleConfig], action: str) -> list[PatternRule]:
+        chosen = [*plain, *(r for r in ac.rules if r.action == action)]
+        return [PatternRule(tool=r.tool, match=r.match) for r in chosen]
+
     return PatternApprover(
-        allow=[PatternRule(tool=r.tool, match=r.match) for r in ac.allow],
-        deny=[PatternRule(tool=r.tool, match=r.match) for r in ac.deny],
+        allow=rules(ac.allow, "allow"),
+        deny=rules(ac.deny, "deny"),
+        ask=rules(ac.ask, "ask"),
         default=ac.default,
         reason=ac.reason,
     )
@@ -75,6 +83,7 @@ def build_agent(
     *,
     ask: AskFn | None = None,
     registry: Registry | None = None,
+    approver: Approver | None = None,
 ) -> Agent:
     from rousseau.skills import Skills
     from rousseau.state.recall import SQLiteRecall
@@ -83,7 +92,7 @@ def build_agent(
     options = Options(
         system_prompt=config.agent.system_prompt,
         max_iterations=config.agent.max_iterations,
-        approver=build_approver(config, ask),
+        approver=approver if approver is not None else build_approver(config, ask),
         compressor=build_compressor(config, provider),
         history=store,
         audit=store,

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -171,14 +172,29 @@ class RuleConfig(Section):
     match: str = ""
 
 
+class ActionRuleConfig(RuleConfig):
+    action: Literal["allow", "deny", "ask"]
+
+
 class ApproverConfig(Section):
     mode: Literal["pattern", "ask", "allow_all", "deny_all"] = "pattern"
     reason: str = ""
     default: Literal["", "allow", "deny"] = "deny"
     allow: list[RuleConfig] = Field(default_factory=list)
     deny: list[RuleConfig] = Field(default_factory=list)
+    ask: list[RuleConfig] = Field(default_factory=list)
+    rules: list[ActionRuleConfig] = Field(default_factory=list)
     owners: list[str] = Field(default_factory=list)
     approval_timeout: Duration = 300.0
+
+    @field_validator("owners")
+    @classmethod
+    def _owners_are_chats(cls, owners: list[str]) -> list[str]:
+        for owner in owners:
+            transport, _, sender = owner.partition(":")
+            if not transport or not sender:
+                raise ValueError(f"{owner!r}: use TRANSPORT:SENDER, e.g. telegram:42")
+        return owners
 
 
 class RecallConfig(Section):
@@ -215,6 +231,7 @@ class CronConfig(Section):
     timezone: str = "local"
     timeout: Duration = 300.0
     notify_failures: bool = True
+    approver: ApproverConfig | None = None
 
 
 class RateLimitConfig(Section):

@@ -21,7 +21,8 @@ import structlog
 from anyio.abc import SocketStream, TaskGroup
 
 from rousseau.agent import ConfigError, Provider
-from rousseau.app import build_agent, build_registry
+from rousseau.app import build_agent, build_approver, build_registry
+from rousseau.approvals import ChatApprovals
 from rousseau.config import Config, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
@@ -325,8 +326,14 @@ class Daemon:
         registry = self._registry = build_registry(config)
         self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
         registry.register(self._cron_tool)
-        return Router(
-            agent=build_agent(config, provider, store, registry=registry),
+        ac = config.agent.approver
+        approvals = (
+            ChatApprovals(owners=ac.owners, timeout=ac.approval_timeout) if ac is not None else None
+        )
+        ask = approvals.ask if approvals is not None else None
+        router = Router(
+            agent=build_agent(config, provider, store, registry=registry, ask=ask),
+            approvals=approvals,
             store=store,
             transports=self.transports,
             policies=self.chat_policies,
@@ -339,11 +346,24 @@ class Daemon:
             max_concurrent_turns=config.max_concurrent_turns,
             metrics=self.metrics,
         )
+        if approvals is not None:
+            approvals.notify = router.notify
+        return router
 
     def _scheduler(self, router: Router, store: Store) -> Scheduler:
         cron = self.config.cron
+        agent = router.agent  # its turns run unattended: a call that would ask is denied
+        if cron.approver is not None:
+            approver = build_approver(self.config, section=cron.approver)
+            agent = build_agent(
+                self.config,
+                router.agent.provider,
+                store,
+                registry=self._registry,
+                approver=approver,
+            )
         runner = CronRunner(
-            agent=router.agent,
+            agent=agent,
             store=store,
             notify=router.notify,
             timeout=cron.timeout,

@@ -18,6 +18,7 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from rousseau.agent import Agent, Message, Session
+from rousseau.approvals import ChatApprovals
 from rousseau.metrics import Metrics
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState, OutboxRow
@@ -115,6 +116,8 @@ class Router:
     session_cache_messages: int = 20_000
     """...and the messages they may hold in all; a dropped session is reloaded from disk."""
     metrics: Metrics = field(default_factory=Metrics)
+    approvals: ChatApprovals | None = None
+    """Where `yes ID` / `no ID` answers go (ask-mode approval in chat), if anywhere."""
     new_session_id: Callable[[], str] = field(default=lambda: secrets.token_hex(6))
 
     def __post_init__(self) -> None:
@@ -139,6 +142,8 @@ class Router:
             raise ShuttingDown()
         self.metrics.inbound.labels(inbound.transport).inc()
         policy = self.policies.get(inbound.transport, ChatPolicy())
+        if await self._approval_answer(inbound, policy):
+            return
         if inbound.is_group and policy.require_mention and not inbound.mentioned:
             log.debug("router.ignored_group", transport=inbound.transport, chat=inbound.chat_id)
             return
@@ -160,6 +165,19 @@ class Router:
             log.info("router.duplicate", transport=inbound.transport, message=inbound.message_id)
             return
         self._dispatch(inbound, replay=False)
+
+    async def _approval_answer(self, inbound: Inbound, policy: ChatPolicy) -> bool:
+        """An owner's `yes ID` / `no ID` settles a waiting tool call and goes no further (in
+        groups too, mention or not). From a stranger it is an ordinary, ignored message."""
+        approvals = self.approvals
+        if approvals is None or not approvals.is_answer(inbound.text):
+            return False
+        who = f"{inbound.transport}:{inbound.sender_id}"
+        if who not in approvals.owners and not await self._admitted(inbound, policy):
+            return False
+        if await self.state.accept(inbound, ignored=True):  # a redelivery answers nothing
+            await self._reply(inbound, approvals.answer(inbound), finish=False)
+        return True
 
     async def _admitted(self, inbound: Inbound, policy: ChatPolicy) -> bool:
         if policy.policy == "open" or inbound.sender_id in policy.allowlist:

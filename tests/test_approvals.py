@@ -1,0 +1,168 @@
+"""Ask-mode approval in chat, through the real Telegram adapter and a fake Bot API: owners
+answer `yes ID` / `no ID`; silence denies; every case lands in the audit trail."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rousseau.agent import Request, Response
+from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
+from rousseau.config import load_config
+from rousseau.daemon import Daemon
+from rousseau.router import ChatPolicy
+from rousseau.state import Store
+from tests.transports.harness_telegram import TelegramHarness
+
+pytestmark = pytest.mark.anyio
+CODE = re.compile(r"Approve bash\? \[([A-Z0-9]{4})\]")
+
+
+def model(request: Request) -> Response:
+    last = request.messages[-1]
+    if last.tool_results:
+        result = last.tool_results[0]
+        return text_reply(("refused: " if result.is_error else "ran: ") + result.content.strip())
+    if last.text.startswith("run "):
+        return tool_reply("bash", command=f"echo {last.text[4:]}")
+    return text_reply(f"plain answer to {last.text}")
+
+
+@pytest.fixture
+def telegram() -> Iterator[TelegramHarness]:
+    harness = TelegramHarness()
+    yield harness
+    harness.close()
+
+
+@asynccontextmanager
+async def daemon(
+    telegram: TelegramHarness, tmp: Path, *, owners: str = "", wait: str = "30s"
+) -> AsyncIterator[Daemon]:
+    env = {
+        "HOME": str(tmp),
+        "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
+        "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
+        "ROUSSEAU_AGENT_APPROVER_MODE": "ask",
+        "ROUSSEAU_AGENT_APPROVER_APPROVAL_TIMEOUT": wait,
+    }
+    if owners:
+        env["ROUSSEAU_AGENT_APPROVER_OWNERS"] = owners
+    transport = telegram.transport()
+    made = Daemon(
+        load_config(None, env),
+        transports={"telegram": transport},
+        chat_policies={"telegram": ChatPolicy(allowlist=frozenset({"42", "43", "44"}))},
+        provider=FunctionProvider(model),
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(made.run)
+        with anyio.fail_after(20):
+            while not transport.connected:
+                await anyio.sleep(0.02)
+        yield made
+        made.stop()
+
+
+def say(telegram: TelegramHarness, user: int, text: str) -> None:
+    telegram.fake.push(text, chat_id=user, user_id=user)
+
+
+async def said(telegram: TelegramHarness, chat: int, pattern: str) -> str:
+    """Wait for a message to `chat` matching `pattern`; return it."""
+    with anyio.fail_after(20):
+        while True:
+            for sent in telegram.fake.sent:
+                if sent.chat_id == chat and re.search(pattern, sent.text):
+                    return sent.text
+            await anyio.sleep(0.02)
+
+
+async def code_for(telegram: TelegramHarness, chat: int, seen: set[str] | None = None) -> str:
+    with anyio.fail_after(20):
+        while True:
+            for sent in telegram.fake.sent:
+                found = CODE.search(sent.text)
+                if sent.chat_id == chat and found and found.group(1) not in (seen or set()):
+                    return found.group(1)
+            await anyio.sleep(0.02)
+
+
+def audit(tmp: Path) -> list[tuple[str, str, str]]:
+    with Store(tmp / "s.db") as store:
+        return [(c.decision, c.decided_by, c.outcome) for c in reversed(store.tool_calls_sync())]
+
+
+async def test_yes_runs_it_and_no_denies_it(telegram: TelegramHarness, tmp_path: Path) -> None:
+    async with daemon(telegram, tmp_path):
+        say(telegram, 42, "run hello")
+        code = await code_for(telegram, 42)
+        say(telegram, 42, f"yes {code}")
+        assert await said(telegram, 42, f"Approved {code}")
+        assert await said(telegram, 42, "^ran: hello$")
+
+        say(telegram, 42, "run goodbye")
+        second = await code_for(telegram, 42, {code})
+        say(telegram, 42, f"no {second}")
+        assert await said(telegram, 42, "^refused: denied: telegram:42 said no$")
+    assert audit(tmp_path) == [
+        ("allow", "owner telegram:42", "ok"),
+        ("deny", "owner telegram:42", "denied"),
+    ]
+
+
+async def test_silence_denies(telegram: TelegramHarness, tmp_path: Path) -> None:
+    async with daemon(telegram, tmp_path, wait="1s"):
+        say(telegram, 42, "run later")
+        code = await code_for(telegram, 42)
+        assert await said(telegram, 42, "^refused: denied: no answer within 1 s$")
+        say(telegram, 42, f"yes {code}")  # too late
+        assert await said(telegram, 42, f"no approval {code} waiting")
+    assert audit(tmp_path) == [("deny", "timeout: no answer", "denied")]
+
+
+async def test_owners_settle_concurrent_requests_and_others_cannot(
+    telegram: TelegramHarness, tmp_path: Path
+) -> None:
+    async with daemon(telegram, tmp_path, owners="telegram:42"):
+        say(telegram, 43, "run first")
+        say(telegram, 44, "run second")
+        first = await code_for(telegram, 43)
+        second = await code_for(telegram, 44)
+        assert first != second
+        # both requests reached the owner too
+        assert {first, second} <= {
+            m.group(1) for s in telegram.fake.sent if s.chat_id == 42 and (m := CODE.search(s.text))
+        }
+        say(telegram, 43, f"yes {first}")  # 43 is allowed to chat, not to approve
+        assert await said(telegram, 43, f"Only an owner can answer {first}")
+        say(telegram, 42, f"no {second}")
+        say(telegram, 42, f"yes {first}")
+        assert await said(telegram, 43, "^ran: first$")
+        assert await said(telegram, 44, "^refused: denied: telegram:42 said no$")
+    assert sorted(audit(tmp_path)) == [
+        ("allow", "owner telegram:42", "ok"),
+        ("deny", "owner telegram:42", "denied"),
+    ]
+
+
+async def test_other_messages_are_answered_not_swallowed(
+    telegram: TelegramHarness, tmp_path: Path
+) -> None:
+    async with daemon(telegram, tmp_path):
+        say(telegram, 42, "run slowly")
+        code = await code_for(telegram, 42)
+        say(telegram, 43, "what is the weather")  # another chat: answered at once
+        assert await said(telegram, 43, "^plain answer to what is the weather$")
+        say(telegram, 42, "and meanwhile?")  # the same chat: kept, answered after the turn
+        await anyio.sleep(0.3)
+        assert not [s for s in telegram.fake.sent if "meanwhile" in s.text]
+        say(telegram, 42, f"yes {code}")
+        assert await said(telegram, 42, "^ran: slowly$")
+        assert await said(telegram, 42, r"^plain answer to and meanwhile\?$")
+    assert audit(tmp_path) == [("allow", "owner telegram:42", "ok")]
