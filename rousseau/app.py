@@ -24,7 +24,7 @@ from rousseau.agent import (
 from rousseau.agent.approval import AskFn
 from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.state import Store
-from rousseau.tools import Registry, builtin_registry
+from rousseau.tools import Registry, Sandbox, builtin_registry
 
 
 def build_approver(
@@ -59,11 +59,29 @@ def _pattern(ac: ApproverConfig) -> PatternApprover:
     )
 
 
+def build_sandbox(config: Config) -> Sandbox | None:
+    agent = config.agent
+    if agent.sandbox == "none":
+        return None
+    limits = agent.sandbox_limits
+    hidden = [Path(config.state.path).expanduser()]
+    if config.source:
+        hidden.append(Path(config.source))
+    return Sandbox(
+        network=agent.sandbox_network,
+        cpu_seconds=limits.cpu_seconds,
+        memory_mb=limits.memory_mb,
+        processes=limits.processes,
+        hidden=tuple(p.resolve() for p in hidden),
+    )
+
+
 def build_registry(config: Config) -> Registry:
     return builtin_registry(
         Path(config.agent.workspace).expanduser(),
         bash_timeout=config.agent.bash_timeout,
         secrets=config.secrets(),
+        sandbox=build_sandbox(config),
     )
 
 

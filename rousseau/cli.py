@@ -623,9 +623,27 @@ def _doctor(args: argparse.Namespace) -> int:
     report(True, "config", config.source or "no file; defaults and environment")
     _doctor_store(config, report)
     _doctor_workspace(config, report)
+    _doctor_sandbox(config, report)
     _doctor_provider(config, report)
     _doctor_transports(config, report)
     return 1 if failed else 0
+
+
+def _doctor_sandbox(config: Config, report: Callable[[bool, str, str], None]) -> None:
+    from pathlib import Path
+
+    from rousseau.app import build_sandbox
+    from rousseau.tools import SandboxError, Workspace
+
+    sandbox = build_sandbox(config)
+    if sandbox is None:
+        report(True, "sandbox", "none: bash can reach whatever this user can (agent.sandbox)")
+        return
+    try:
+        workspace = Workspace(Path(config.agent.workspace).expanduser()).root
+        report(True, "sandbox", sandbox.check(workspace))
+    except (SandboxError, OSError) as exc:
+        report(False, "sandbox", str(exc))
 
 
 def _doctor_transports(config: Config, report: Callable[[bool, str, str], None]) -> None:

@@ -197,6 +197,12 @@ class ApproverConfig(Section):
         return owners
 
 
+class SandboxLimitsConfig(Section):
+    cpu_seconds: int = Field(default=60, ge=1)
+    memory_mb: int = Field(default=1024, ge=16)
+    processes: int = Field(default=256, ge=8)
+
+
 class RecallConfig(Section):
     enabled: bool = True
     top_k: int = Field(default=5, ge=1)
@@ -209,6 +215,9 @@ class AgentConfig(Section):
     workspace: str = "~/.local/share/rousseau/workspace"
     skills_dir: str = "~/.local/share/rousseau/skills"
     bash_timeout: Duration = 60.0
+    sandbox: Literal["none", "bwrap"] = "none"
+    sandbox_network: bool = False
+    sandbox_limits: SandboxLimitsConfig = Field(default_factory=SandboxLimitsConfig)
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
     approver: ApproverConfig | None = None
     recall: RecallConfig = Field(default_factory=RecallConfig)

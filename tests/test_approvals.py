@@ -42,9 +42,10 @@ def telegram() -> Iterator[TelegramHarness]:
 
 @asynccontextmanager
 async def daemon(
-    telegram: TelegramHarness, tmp: Path, *, owners: str = "", wait: str = "30s"
+    telegram: TelegramHarness, tmp: Path, *, owners: str = "", wait: str = "30s", **extra: str
 ) -> AsyncIterator[Daemon]:
     env = {
+        **extra,
         "HOME": str(tmp),
         "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
         "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
@@ -166,3 +167,33 @@ async def test_other_messages_are_answered_not_swallowed(
         assert await said(telegram, 42, "^ran: slowly$")
         assert await said(telegram, 42, r"^plain answer to and meanwhile\?$")
     assert audit(tmp_path) == [("allow", "owner telegram:42", "ok")]
+
+
+async def test_cron_turns_never_wait_to_ask(telegram: TelegramHarness, tmp_path: Path) -> None:
+    from rousseau.cron import CronJobs
+
+    with Store(tmp_path / "s.db") as store:
+        CronJobs(store).add_sync(
+            "nightly", "@every 1s", "run backup", "telegram:42", timezone="UTC"
+        )
+    async with daemon(telegram, tmp_path, ROUSSEAU_CRON_POLL_INTERVAL="0.2"):
+        text = await said(telegram, 42, "^refused: ")
+    assert text == "refused: denied: no one is present to approve this tool call"
+    assert not [s for s in telegram.fake.sent if CODE.search(s.text)]  # nobody was asked
+    assert audit(tmp_path)[0] == ("deny", "unattended: nobody to ask", "denied")
+
+
+async def test_cron_may_have_its_own_approver(telegram: TelegramHarness, tmp_path: Path) -> None:
+    from rousseau.cron import CronJobs
+
+    with Store(tmp_path / "s.db") as store:
+        CronJobs(store).add_sync(
+            "nightly", "@every 1s", "run backup", "telegram:42", timezone="UTC"
+        )
+    config = tmp_path / "config.yaml"
+    config.write_text("cron:\n  approver: {mode: pattern, allow: [{tool: bash, match: echo}]}\n")
+    async with daemon(
+        telegram, tmp_path, ROUSSEAU_CRON_POLL_INTERVAL="0.2", ROUSSEAU_CONFIG=str(config)
+    ):
+        assert await said(telegram, 42, "^ran: backup$")
+    assert audit(tmp_path)[0][:2] == ("allow", "rule: allow bash 'echo'")

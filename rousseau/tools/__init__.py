@@ -19,6 +19,7 @@ from rousseau.tools.bash import BashTool, scrubbed_environ
 from rousseau.tools.edit import EditTool
 from rousseau.tools.grep import GrepTool
 from rousseau.tools.read import ReadTool
+from rousseau.tools.sandbox import Sandbox, SandboxError
 from rousseau.tools.write import WriteTool
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "OutsideWorkspaceError",
     "ReadTool",
     "Registry",
+    "Sandbox",
+    "SandboxError",
     "Tool",
     "Workspace",
     "WorkspaceTool",
@@ -45,8 +48,10 @@ def builtin_registry(
     *,
     bash_timeout: float = 60.0,
     secrets: Iterable[str] = (),
+    sandbox: Sandbox | None = None,
 ) -> Registry:
-    """A Registry with read, write, edit, grep and bash confined to `workspace`."""
+    """A Registry with read, write, edit, grep and bash confined to `workspace` (bash in
+    `sandbox`, if given)."""
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
     return Registry(
         [
@@ -54,6 +59,8 @@ def builtin_registry(
             WriteTool(ws),
             EditTool(ws),
             GrepTool(ws),
-            BashTool(ws, timeout=bash_timeout, env=scrubbed_environ(secrets=secrets)),
+            BashTool(
+                ws, timeout=bash_timeout, env=scrubbed_environ(secrets=secrets), sandbox=sandbox
+            ),
         ]
     )

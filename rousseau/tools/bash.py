@@ -15,6 +15,7 @@ from anyio.abc import Process
 
 from rousseau.agent import ToolCall, ToolOutput
 from rousseau.tools.base import Tool, Workspace
+from rousseau.tools.sandbox import Sandbox
 
 MAX_OUTPUT = 64 * 1024
 MAX_TIMEOUT = 3600
@@ -71,17 +72,32 @@ class BashTool(Tool):
         timeout: float = 60.0,
         env: Mapping[str, str] | None = None,
         max_output: int = MAX_OUTPUT,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.workspace = workspace
         self.timeout = timeout
         self.env = dict(env) if env is not None else scrubbed_environ()
         self.max_output = max_output
+        self.sandbox = sandbox
 
     async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+        sandbox = self.sandbox
+        if sandbox is None:
+            return await self._run(["/bin/sh", "-c", input["command"]], input)
+        cgroup = await anyio.to_thread.run_sync(sandbox.new_cgroup)
+        try:
+            argv = await anyio.to_thread.run_sync(
+                sandbox.command, self.workspace.root, input["command"], cgroup
+            )
+            return await self._run(argv, input)
+        finally:
+            await anyio.to_thread.run_sync(sandbox.remove_cgroup, cgroup)
+
+    async def _run(self, argv: list[str], input: dict[str, Any]) -> ToolOutput:
         timeout = float(input.get("timeout") or self.timeout)
         output = _CappedOutput(self.max_output)
         process = await anyio.open_process(
-            ["/bin/sh", "-c", input["command"]],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,159 @@
+"""A sandbox for the bash tool: bubblewrap (`bwrap`), with limits.
+
+Inside, the workspace is the only writable path; the system's programs and /etc are visible
+read-only; the home directory, the state database and everything else are not there at all;
+/tmp is private; the network is off unless allowed. CPU time and memory are capped per
+process (prlimit), and the number of processes by a pids cgroup when one can be made here,
+else by RLIMIT_NPROC (which the kernel does not apply to root).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_cgroups = itertools.count(1)
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+def _pids_cgroup_root() -> Path | None:
+    """Where a pids cgroup can be made for our children, if anywhere (cgroup v1 or v2)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):  # v1
+            base = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+            if os.access(base, os.W_OK):
+                return base
+        if controllers == "":  # v2: needs the pids controller delegated to our cgroup
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+            try:
+                delegated = (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                continue
+            if "pids" in delegated and os.access(base, os.W_OK):
+                return base
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sandbox:
+    network: bool = False
+    cpu_seconds: int = 60
+    memory_mb: int = 1024
+    processes: int = 256
+    hidden: tuple[Path, ...] = ()
+    """Files inside the workspace to hide anyway (the state database, the config)."""
+    binary: str = "bwrap"
+    cgroup_root: Path | None = field(default_factory=_pids_cgroup_root)
+
+    @property
+    def process_limit(self) -> str:
+        """How the number of processes is capped here."""
+        if self.cgroup_root is not None:
+            return f"pids cgroup (max {self.processes})"
+        if os.getuid() != 0:
+            return f"RLIMIT_NPROC ({self.processes} more processes for this user)"
+        return "none (running as root without a writable pids cgroup)"
+
+    def new_cgroup(self) -> Path | None:
+        if self.cgroup_root is None:
+            return None
+        path = self.cgroup_root / f"rousseau-{os.getpid()}-{next(_cgroups)}"
+        try:
+            path.mkdir()
+            (path / "pids.max").write_text(str(self.processes))
+        except OSError:
+            return None
+        return path
+
+    @staticmethod
+    def remove_cgroup(path: Path | None) -> None:
+        """Remove a finished command's cgroup (blocking, at most a second: killed members
+        may take a moment to go)."""
+        if path is None:
+            return
+        for _ in range(40):
+            try:
+                path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.025)
+
+    def command(self, workspace: Path, script: str, cgroup: Path | None = None) -> list[str]:
+        """The argv that runs `script` with /bin/sh inside the sandbox."""
+        binary = shutil.which(self.binary) or self.binary
+        args = [binary, "--die-with-parent", "--new-session", "--unshare-all"]
+        if self.network:
+            args.append("--share-net")
+        for folder in _SYSTEM_DIRS:
+            if os.path.islink(folder):
+                args += ["--symlink", os.readlink(folder), folder]
+            elif os.path.isdir(folder):
+                args += ["--ro-bind", folder, folder]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        args += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
+        for secret in self.hidden:
+            if secret.exists():
+                args += ["--ro-bind", "/dev/null", str(secret)]
+        args += ["--setenv", "HOME", str(workspace), "--", "/bin/sh", "-c", script]
+        limits = [
+            "prlimit",
+            f"--cpu={self.cpu_seconds}",
+            f"--as={self.memory_mb * 1024 * 1024}",
+        ]
+        if cgroup is None and os.getuid() != 0:
+            limits.append(f"--nproc={_user_tasks() + self.processes}")
+        wrapped = [*limits, "--", *args]
+        if cgroup is not None:  # join the cgroup first, then become the sandbox
+            join = f'echo $$ > {shlex.quote(str(cgroup / "cgroup.procs"))} && exec "$@"'
+            return ["/bin/sh", "-c", join, "sandbox", *wrapped]
+        return wrapped
+
+    def check(self, workspace: Path) -> str:
+        """Run a harmless command inside; raise SandboxError saying why it cannot."""
+        if shutil.which(self.binary) is None:
+            raise SandboxError(f"{self.binary} is not installed (Debian: apt install bubblewrap)")
+        if shutil.which("prlimit") is None:
+            raise SandboxError("prlimit is not installed (Debian: util-linux)")
+        done = subprocess.run(
+            self.command(workspace, "echo ok"), capture_output=True, text=True, timeout=20
+        )
+        if done.returncode != 0 or done.stdout.strip() != "ok":
+            raise SandboxError(f"bwrap cannot run here: {done.stderr.strip()[:300]}")
+        return (
+            f"bwrap works; network {'on' if self.network else 'off'}; "
+            f"process limit: {self.process_limit}"
+        )
+
+
+def _user_tasks() -> int:
+    """Threads this user runs now (RLIMIT_NPROC counts them all)."""
+    uid = str(os.getuid())
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Uid", "").split()[:1] == [uid]:
+            count += int(fields.get("Threads", "1").strip() or 1)
+    return count
