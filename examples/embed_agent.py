@@ -1,4 +1,4 @@
-"""The agent in your own program: a registry of tools, a policy, a store, and a turn.
+"""The agent in your own program: read and grep tools, a pattern approver, a store, a turn.
 
 Runs as it is with the scripted provider that ships for tests; swap in a real one:
 
@@ -15,11 +15,13 @@ import anyio
 
 from rousseau.agent import Agent, Message, Options, PatternApprover, PatternRule, StreamEventKind
 from rousseau.agent.testing import ScriptedProvider, tool_reply
+from rousseau.log import configure_logging
 from rousseau.state import Store
-from rousseau.tools import builtin_registry
+from rousseau.tools import GrepTool, ReadTool, Registry, Workspace
 
 
 async def main() -> None:
+    configure_logging("warning")  # only warnings and errors from rousseau itself
     workspace = Path(tempfile.mkdtemp())
     (workspace / "todo.md").write_text("- water the plants\n- call Ada\n")
 
@@ -28,12 +30,13 @@ async def main() -> None:
         "You have two things to do: water the plants and call Ada.",
     )
     store = Store(workspace / "sessions.db")
+    folder = Workspace(workspace)  # the tools cannot reach outside it
     agent = Agent(
         provider,
-        builtin_registry(workspace),
+        Registry([ReadTool(folder), GrepTool(folder)]),
         Options(
             system_prompt="You are a helpful assistant.",
-            approver=PatternApprover(allow=[PatternRule(tool="read")]),  # read only
+            approver=PatternApprover(allow=[PatternRule(tool="read"), PatternRule(tool="grep")]),
             history=store,
         ),
     )

@@ -86,7 +86,7 @@ ProviderName = Literal[
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_attribute_docstrings=True)
 
 
 # -- providers ------------------------------------------------------------------------------
@@ -94,61 +94,99 @@ class Section(BaseModel):
 
 class AnthropicConfig(Section):
     api_key: SecretStr | None = None
+    """The Anthropic API key (or ANTHROPIC_API_KEY)."""
     model: str = "claude-sonnet-4-5"
+    """The model that answers."""
     max_tokens: int = Field(default=8192, ge=1)
+    """The most tokens one reply may use."""
     base_url: str | None = None
+    """An API address to use instead of Anthropic's own (a proxy or gateway)."""
     max_retries: int = Field(default=2, ge=0)
+    """Retries of a request that failed with 429, a 5xx or a connection error, with backoff."""
     timeout: Duration = 600.0
+    """The longest one request may take."""
     prompt_caching: bool = True
+    """Set cache breakpoints on the stable prefix of each request."""
 
 
 class OpenAIConfig(Section):
     api_key: SecretStr | None = None
+    """The API key (or OPENAI_API_KEY, or OPENROUTER_API_KEY for openrouter; Ollama needs none)."""
     model: str = "gpt-4.1-mini"
+    """The model that answers."""
     base_url: str | None = None
+    """An OpenAI-compatible chat-completions server to use instead of OpenAI's own."""
     max_tokens: int = Field(default=4096, ge=1)
+    """The most tokens one reply may use."""
     max_retries: int = Field(default=2, ge=0)
+    """Retries of a request that failed with 429, a 5xx or a connection error, with backoff."""
     timeout: Duration = 600.0
+    """The longest one request may take."""
 
 
 class OpenRouterConfig(OpenAIConfig):
     model: str = "anthropic/claude-sonnet-4.5"
+    """The model that answers, as OpenRouter names it."""
     base_url: str | None = "https://openrouter.ai/api/v1"
+    """The OpenRouter API address."""
 
 
 class OllamaConfig(OpenAIConfig):
     model: str = "llama3.2"
+    """The model that answers, as Ollama names it."""
     base_url: str | None = "http://localhost:11434/v1"
+    """The address of Ollama's OpenAI-compatible API."""
 
 
 class BedrockConfig(Section):
     region: str | None = None
+    """The AWS region (or AWS_REGION)."""
     model: str = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+    """The Bedrock model id that answers."""
     profile: str | None = None
+    """An AWS profile name to take credentials from (or AWS_PROFILE)."""
     max_tokens: int = Field(default=8192, ge=1)
+    """The most tokens one reply may use."""
     base_url: str | None = None
+    """An endpoint to use instead of the region's bedrock-runtime address."""
     max_retries: int = Field(default=2, ge=0)
+    """Retries of a request that failed with 429, a 5xx or a connection error, with backoff."""
     timeout: Duration = 600.0
+    """The longest one request may take."""
     prompt_caching: bool = True
+    """Set cache breakpoints on the stable prefix of each request."""
 
 
 class VertexConfig(Section):
     project: str | None = None
+    """The Google Cloud project; unset, the project the credentials name."""
     region: str | None = None
+    """The Vertex AI region, e.g. us-east5, or global."""
     model: str = "claude-sonnet-4-5@20250929"
+    """The Vertex AI model id that answers."""
     credentials_file: str | None = None
+    """A Google credentials file (or GOOGLE_APPLICATION_CREDENTIALS, or gcloud's ADC)."""
     max_tokens: int = Field(default=8192, ge=1)
+    """The most tokens one reply may use."""
     base_url: str | None = None
+    """An endpoint to use instead of the region's aiplatform.googleapis.com address."""
     max_retries: int = Field(default=2, ge=0)
+    """Retries of a request that failed with 429, a 5xx or a connection error, with backoff."""
     timeout: Duration = 600.0
+    """The longest one request may take."""
     prompt_caching: bool = True
+    """Set cache breakpoints on the stable prefix of each request."""
 
 
 class ClaudeCLIConfig(Section):
     binary: str = "claude"
+    """The Claude Code CLI to run, as a command name or path."""
     model: str = ""
+    """The model passed as --model; empty leaves the choice to the CLI."""
     permission_mode: str = "default"
+    """The CLI's --permission-mode; empty passes none."""
     extra_args: list[str] = Field(default_factory=list)
+    """Further arguments added to every CLI invocation."""
 
 
 # -- agent ----------------------------------------------------------------------------------
@@ -156,9 +194,13 @@ class ClaudeCLIConfig(Section):
 
 class CompressionConfig(Section):
     enabled: bool = False
+    """Fold long sessions into a summary."""
     trigger_messages: int = Field(default=60, ge=2)
+    """Compress once a session has more messages than this."""
     keep_recent: int = Field(default=8, ge=1)
+    """Messages kept verbatim after the summary."""
     prompt: str = ""
+    """Instructions for the summariser; empty uses the built-in ones."""
 
     @model_validator(mode="after")
     def _keep_fewer_than_trigger(self) -> CompressionConfig:
@@ -169,23 +211,35 @@ class CompressionConfig(Section):
 
 class RuleConfig(Section):
     tool: str
+    """The tool the rule applies to, or * for any tool."""
     match: str = ""
+    """A regex searched for in the call's compact input JSON; empty matches every call."""
 
 
 class ActionRuleConfig(RuleConfig):
     action: Literal["allow", "deny", "ask"]
+    """What a matching call gets: allow, deny, or ask a person."""
 
 
 class ApproverConfig(Section):
     mode: Literal["pattern", "ask", "allow_all", "deny_all"] = "pattern"
+    """pattern: the rules decide; ask: a person settles what no rule does; allow_all; deny_all."""
     reason: str = ""
+    """Text the model sees when a call is denied."""
     default: Literal["", "allow", "deny"] = "deny"
+    """What calls no rule matches get: allow or deny (empty means deny)."""
     allow: list[RuleConfig] = Field(default_factory=list)
+    """Rules for calls that may run."""
     deny: list[RuleConfig] = Field(default_factory=list)
+    """Rules for calls that are refused; deny wins over ask, ask over allow."""
     ask: list[RuleConfig] = Field(default_factory=list)
+    """Rules for calls a person decides (in chat, the owners answer yes/no ID)."""
     rules: list[ActionRuleConfig] = Field(default_factory=list)
+    """Rules in one list, each with its own action: allow, deny or ask."""
     owners: list[str] = Field(default_factory=list)
+    """Who answers approval requests, as transport:sender; empty means whoever asked."""
     approval_timeout: Duration = 300.0
+    """How long to wait for an answer before the call is denied."""
 
     @field_validator("owners")
     @classmethod
@@ -199,28 +253,45 @@ class ApproverConfig(Section):
 
 class SandboxLimitsConfig(Section):
     cpu_seconds: int = Field(default=60, ge=1)
+    """CPU time per process, in seconds."""
     memory_mb: int = Field(default=1024, ge=16)
+    """Address space per process, in megabytes."""
     processes: int = Field(default=256, ge=8)
+    """Processes at once (a pids cgroup, or RLIMIT_NPROC)."""
 
 
 class RecallConfig(Section):
     enabled: bool = True
+    """Add snippets from earlier sessions about the newest message to the prompt."""
     top_k: int = Field(default=5, ge=1)
+    """The most snippets added at once."""
     scope: Literal["sender", "all"] = "sender"
+    """Which earlier sessions are searched: the same sender's (sender) or everyone's (all)."""
 
 
 class AgentConfig(Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The instructions the model is given on every turn."""
     max_iterations: int = Field(default=32, ge=0)
+    """Model calls per turn; 0 means the built-in limit."""
     workspace: str = "~/.local/share/rousseau/workspace"
+    """The only folder tools may touch."""
     skills_dir: str = "~/.local/share/rousseau/skills"
+    """The folder of skills, markdown files that join the prompt on turns that mention them."""
     bash_timeout: Duration = 60.0
+    """The bash tool's timeout when a call names none; a call may ask for up to 1h."""
     sandbox: Literal["none", "bwrap"] = "none"
+    """none: bash runs as the daemon's user; bwrap: only the workspace is writable."""
     sandbox_network: bool = False
+    """With bwrap, whether commands may use the network."""
     sandbox_limits: SandboxLimitsConfig = Field(default_factory=SandboxLimitsConfig)
+    """Resource limits per command, with bwrap."""
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    """Folding long sessions into a summary."""
     approver: ApproverConfig | None = None
+    """The tool-call policy; unset, read and grep run and everything else is refused."""
     recall: RecallConfig = Field(default_factory=RecallConfig)
+    """Snippets from earlier sessions added to the prompt."""
 
 
 # -- daemon ---------------------------------------------------------------------------------
@@ -228,34 +299,51 @@ class AgentConfig(Section):
 
 class LogConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The least severe messages logged: debug, info, warning or error."""
     format: Literal["text", "json"] = "text"
+    """Log lines as text or json."""
 
 
 class StateConfig(Section):
     path: str = "~/.local/share/rousseau/sessions.db"
+    """The SQLite database holding sessions, cron jobs and the rest of the daemon's state."""
 
 
 class CronConfig(Section):
     poll_interval: Duration = 60.0
+    """How often the job table is re-read (so CLI changes take effect)."""
     timezone: str = "local"
+    """The time zone for schedules without CRON_TZ=: an IANA name or local."""
     timeout: Duration = 300.0
+    """The longest a job's turn may take."""
     notify_failures: bool = True
+    """Send a one-line notice to a failed job's target."""
     approver: ApproverConfig | None = None
+    """A policy of its own for cron turns; unset, agent.approver with asking calls denied."""
 
 
 class RateLimitConfig(Section):
     default: Rate = "20/1m"
+    """Messages allowed per sender, as COUNT/PERIOD."""
     per_transport: dict[str, Rate] = Field(default_factory=dict)
+    """Rates for particular transports in place of the default, e.g. {telegram: 5/1m}."""
     max_keys: int = Field(default=10000, ge=1)
+    """Senders tracked at once (the least recently seen are dropped)."""
     denied_reply: str = "You're sending messages faster than I can answer. Try again shortly."
+    """The reply a sender gets on going over the limit."""
 
 
 class MCPServerConfig(Section):
     command: str | None = None
+    """The program to start for a stdio server (set this or url)."""
     args: list[str] = Field(default_factory=list)
+    """Arguments for command."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables for command."""
     url: str | None = None
+    """The address of an HTTP server (set this or command)."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers sent to url, e.g. Authorization."""
 
     @model_validator(mode="after")
     def _command_or_url(self) -> MCPServerConfig:
@@ -266,6 +354,7 @@ class MCPServerConfig(Section):
 
 class HealthConfig(Section):
     listen: str = "127.0.0.1:9090"
+    """The host:port serving /healthz and /metrics."""
 
 
 # -- transports -----------------------------------------------------------------------------
@@ -273,46 +362,69 @@ class HealthConfig(Section):
 
 class TransportConfig(Section):
     allowlist: list[SenderId] = Field(default_factory=list)
+    """Senders admitted, as the platform's own sender ids."""
     policy: Policy = "allowlist"
+    """Who may talk: allowlist only, pairing (strangers get a code to approve) or open."""
     require_mention: bool = True
+    """In groups, answer only when mentioned or replied to."""
     reply_header: str = ""
+    """Text put at the start of every reply."""
 
 
 class TelegramConfig(TransportConfig):
     token: SecretStr | None = None
+    """The bot token from @BotFather (or TELEGRAM_BOT_TOKEN)."""
     base_url: str | None = None
+    """A local Bot API server to use instead of Telegram's own."""
 
 
 class SlackConfig(TransportConfig):
     app_token: SecretStr | None = None
+    """The app-level token, xapp-... (or SLACK_APP_TOKEN)."""
     bot_token: SecretStr | None = None
+    """The bot token, xoxb-... (or SLACK_BOT_TOKEN)."""
     bot_user_id: str | None = None
+    """The bot's own user id; unset, it is looked up on connecting."""
     base_url: str | None = None
+    """A Web API address to use instead of Slack's own (a proxy or test server)."""
 
 
 class DiscordConfig(TransportConfig):
     token: SecretStr | None = None
+    """The bot token (or DISCORD_TOKEN or DISCORD_BOT_TOKEN)."""
     api_base: str | None = None
+    """Replaces discord.py's REST base address (proxies, tests)."""
     gateway_url: str | None = None
+    """Replaces discord.py's gateway address."""
 
 
 class MatrixConfig(TransportConfig):
     homeserver_url: str | None = None
+    """The homeserver's address."""
     access_token: SecretStr | None = None
+    """The bot's access token, used instead of password (or MATRIX_ACCESS_TOKEN)."""
     password: SecretStr | None = None
+    """The bot's password, to log in when there is no access token (or MATRIX_PASSWORD)."""
     user_id: str | None = None
+    """The bot's user id, e.g. @bot:example.org."""
     device_id: str | None = None
+    """With access_token, the device it belongs to."""
     msgtype: Literal["m.text", "m.notice"] = "m.text"
+    """The message type replies are sent as: m.text or m.notice."""
 
 
 class WhatsAppConfig(TransportConfig):
     store: str = "~/.local/share/rousseau/whatsapp.db"
+    """The SQLite file that keeps the WhatsApp session (pair it with `rousseau whatsapp login`)."""
 
 
 class SignalConfig(TransportConfig):
     binary: str = "signal-cli"
+    """The signal-cli program to run, as a command name or path."""
     account: str | None = None
+    """The bot's registered number, e.g. +15551234567."""
     extra_args: list[str] = Field(default_factory=list)
+    """Further signal-cli arguments, put before jsonRpc."""
 
 
 def _security(value: Any) -> Any:
@@ -324,75 +436,131 @@ def _security(value: Any) -> Any:
 
 class IMessageConfig(TransportConfig):
     base_url: str | None = None
+    """The BlueBubbles server's address, e.g. http://mac.local:1234."""
     password: SecretStr | None = None
+    """The BlueBubbles server password (or BLUEBUBBLES_PASSWORD)."""
     poll_interval: Duration = 5.0
+    """How often the server is asked for new messages."""
     private_api: bool = False
+    """The server's Private API is on: typing indicators, faster sends."""
     mention_names: list[str] = Field(default_factory=lambda: ["rousseau"])
+    """In group chats, answer only when one of these names is written."""
 
 
 class EmailConfig(TransportConfig):
     imap_addr: str | None = None
+    """The IMAP server as host:port (port defaults to 993, or 143 with starttls or plain)."""
     imap_username: str | None = None
+    """The IMAP login name."""
     imap_password: SecretStr | None = None
+    """The IMAP password (or EMAIL_IMAP_PASSWORD)."""
     mailbox: str = "INBOX"
+    """The IMAP folder read for new mail."""
     poll_interval: Duration = 60.0
+    """The time between polls, and the longest wait in one IDLE."""
     idle: bool = True
+    """Use IMAP IDLE when the server has it."""
     smtp_addr: str | None = None
+    """The SMTP server as host:port (port defaults to 465, 587 or 25, following tls)."""
     smtp_username: str | None = None
+    """The SMTP login name; unset, imap_username."""
     smtp_password: SecretStr | None = None
+    """The SMTP password (or EMAIL_SMTP_PASSWORD); unset, imap_password."""
     from_: str | None = Field(default=None, alias="from")
+    """The bot's address; unset, imap_username."""
     tls: Annotated[Literal["tls", "starttls", "plain"], BeforeValidator(_security)] = "tls"
+    """true (TLS), starttls, or false (plain text, for local servers only)."""
     ca_file: str | None = None
+    """A CA bundle to trust, for a self-signed server."""
 
 
 class SMSWebhookConfig(Section):
     listen: str = "127.0.0.1:8088"
+    """The host:port that receives Twilio's webhook calls."""
     path: str = "/sms/twilio"
+    """The URL path Twilio posts inbound messages to."""
     public_url: str | None = None
+    """The address Twilio calls, used to check its signature."""
 
 
 class SMSConfig(TransportConfig):
     provider: Literal["twilio", "vonage"] = "twilio"
+    """The SMS provider: twilio or vonage."""
     from_: str | None = Field(default=None, alias="from")
+    """The sending number (or Vonage sender id)."""
     account_sid: str | None = None
+    """The Twilio account SID."""
     auth_token: SecretStr | None = None
+    """The Twilio auth token (or TWILIO_AUTH_TOKEN)."""
     api_key: str | None = None
+    """The Vonage API key."""
     api_secret: SecretStr | None = None
+    """The Vonage API secret (or VONAGE_API_SECRET)."""
     base_url: str | None = None
+    """The provider's API address, to use instead of the real one (a local fake, a proxy)."""
     status_timeout: Duration = 30.0
+    """How long to wait for Twilio to report a sent message."""
     webhook: SMSWebhookConfig | None = None
+    """Inbound SMS from Twilio; unset, the transport only sends."""
 
 
 class Config(Section):
     """The whole configuration; every key optional."""
 
     provider: ProviderName | None = None
+    """The model backend; unset: the first usable of anthropic, openai, claudecli, ollama."""
     anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
+    """The Anthropic API."""
     openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
+    """OpenAI, or any OpenAI-compatible chat-completions server."""
     openrouter: OpenRouterConfig = Field(default_factory=OpenRouterConfig)
+    """OpenRouter, with the same keys as openai."""
     ollama: OllamaConfig = Field(default_factory=OllamaConfig)
+    """A local Ollama, with the same keys as openai."""
     bedrock: BedrockConfig = Field(default_factory=BedrockConfig)
+    """Claude on AWS Bedrock (credentials from the usual AWS sources)."""
     vertex: VertexConfig = Field(default_factory=VertexConfig)
+    """Claude on Google Vertex AI."""
     claudecli: ClaudeCLIConfig = Field(default_factory=ClaudeCLIConfig)
+    """The Claude Code CLI as a subprocess."""
     fallback: list[ProviderName] = Field(default_factory=list)
+    """Providers tried in order when the primary fails after its retries."""
     log: LogConfig = Field(default_factory=LogConfig)
+    """Logging."""
     state: StateConfig = Field(default_factory=StateConfig)
+    """Where sessions and other state are kept."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    """The agent: its prompt, tools, sandbox and approval policy."""
     shutdown_grace: Duration = 30.0
+    """On SIGTERM, how long in-flight turns get to finish."""
     max_concurrent_turns: int = Field(default=64, ge=1)
+    """Turns of different sessions running at once."""
     cron: CronConfig = Field(default_factory=CronConfig)
+    """Scheduled jobs, which live in the store (see `rousseau cron --help`)."""
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    """Limits on how fast each sender may send messages."""
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
+    """External MCP servers by name, whose tools the agent may call as SERVER__TOOL."""
     health: HealthConfig | None = None
+    """HTTP /healthz and /metrics; off unless set."""
     telegram: TelegramConfig | None = None
+    """The Telegram transport, configured when present with its credentials."""
     slack: SlackConfig | None = None
+    """The Slack transport (Socket Mode), configured when present with its credentials."""
     discord: DiscordConfig | None = None
+    """The Discord transport, configured when present with its credentials."""
     matrix: MatrixConfig | None = None
+    """The Matrix transport, configured when present with its credentials."""
     whatsapp: WhatsAppConfig | None = None
+    """The WhatsApp transport, configured when present."""
     signal: SignalConfig | None = None
+    """The Signal transport through signal-cli, configured when present with its account."""
     imessage: IMessageConfig | None = None
+    """The iMessage transport through a BlueBubbles server's REST API."""
     email: EmailConfig | None = None
+    """The email transport over IMAP and SMTP; give it a mailbox of its own (it marks mail seen)."""
     sms: SMSConfig | None = None
+    """The SMS transport, send-only unless webhook is set (Twilio only)."""
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""

@@ -47,6 +47,8 @@ class Decision:
 
 
 class Approver(Protocol):
+    """Decides each tool call before it runs (see PatternApprover, AskingApprover)."""
+
     async def approve(self, request: ApprovalRequest) -> Decision: ...
 
 

@@ -24,6 +24,8 @@ _RESULT_CHARS = 2000
 
 
 class Compressor(Protocol):
+    """Shortens a long session for the model; the store keeps the full history."""
+
     async def compress(self, session: Session) -> Compaction | None:
         """Rewrite the session in place if it is too long; say what changed, or None."""
         ...

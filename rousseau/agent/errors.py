@@ -29,17 +29,23 @@ class AgentError(RousseauError):
 
 
 class EmptySessionError(AgentError):
+    """A turn was asked of a session with no messages."""
+
     def __init__(self) -> None:
         super().__init__("agent: empty session")
 
 
 class ToolNotFoundError(AgentError):
+    """The model called a tool that is not registered (it becomes an error result)."""
+
     def __init__(self, name: str) -> None:
         super().__init__(f"agent: tool not found: {name}")
         self.name = name
 
 
 class MaxIterationsError(AgentError):
+    """A turn used `max_iterations` model calls without finishing."""
+
     def __init__(self, max_iterations: int) -> None:
         super().__init__("agent: max iterations exceeded")
         self.max_iterations = max_iterations

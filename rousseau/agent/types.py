@@ -9,17 +9,23 @@ from typing import Any
 
 
 class Role(StrEnum):
+    """Who wrote a message: the user (tool results included) or the assistant."""
+
     USER = "user"
     ASSISTANT = "assistant"
 
 
 class ContentKind(StrEnum):
+    """What one content block holds: text, a tool call or a tool result."""
+
     TEXT = "text"
     TOOL_USE = "tool_use"
     TOOL_RESULT = "tool_result"
 
 
 class StopReason(StrEnum):
+    """Why the model stopped: the turn ended, it wants tools, or it hit a limit."""
+
     END_TURN = "end_turn"
     TOOL_USE = "tool_use"
     MAX_TOKENS = "max_tokens"
@@ -201,6 +207,8 @@ class Response:
 
 
 class StreamEventKind(StrEnum):
+    """What a streamed event carries: text, a tool call, a tool result or a response."""
+
     TEXT = "text"
     """A text delta as the model writes it."""
     TOOL_CALL = "tool_call"

@@ -44,6 +44,9 @@ def scrubbed_environ(
 
 
 class BashTool(Tool):
+    """`bash {command, timeout?}`: a shell command in the workspace, killed at the timeout,
+    without secrets in its environment, optionally in a Sandbox."""
+
     name = "bash"
     description = (
         "Run a command with /bin/sh -c in the workspace folder. stdout and stderr are "

@@ -12,6 +12,8 @@ from rousseau.tools.base import WorkspaceTool, looks_binary
 
 
 class EditTool(WorkspaceTool):
+    """`edit {path, old_string, new_string}`: replace one exact, unique occurrence in a file."""
+
     name = "edit"
     description = (
         "Replace old_string with new_string in a workspace file. old_string must occur exactly "

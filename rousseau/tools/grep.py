@@ -21,6 +21,8 @@ SKIP_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__"})
 
 
 class GrepTool(WorkspaceTool):
+    """`grep {pattern, path?, include?, ignore_case?}`: regex search over the workspace's files."""
+
     name = "grep"
     description = (
         "Search files in the workspace for a regular expression (Python syntax). Prints "

@@ -15,6 +15,8 @@ MAX_LINE = 4000
 
 
 class ReadTool(WorkspaceTool):
+    """`read {path, offset?, limit?}`: a text file's lines, numbered, capped."""
+
     name = "read"
     description = (
         "Read a text file in the workspace. Lines come numbered (number, tab, text). "

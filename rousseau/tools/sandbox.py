@@ -23,6 +23,8 @@ _cgroups = itertools.count(1)
 
 
 class SandboxError(RuntimeError):
+    """The sandbox cannot run here (bwrap missing or refused); the message says why."""
+
     pass
 
 
@@ -107,6 +109,8 @@ class Sandbox:
             elif os.path.isdir(folder):
                 args += ["--ro-bind", folder, folder]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        if os.path.isdir("/etc/rousseau"):  # the service's environment file holds secrets
+            args += ["--tmpfs", "/etc/rousseau"]
         args += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
         for secret in self.hidden:
             if secret.exists():

@@ -12,6 +12,8 @@ from rousseau.tools.base import WorkspaceTool
 
 
 class WriteTool(WorkspaceTool):
+    """`write {path, content}`: create or replace a file, making its folders."""
+
     name = "write"
     description = (
         "Create or overwrite a file in the workspace with the given content. "

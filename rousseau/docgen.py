@@ -1,0 +1,121 @@
+"""The configuration reference, generated from the config model so it cannot drift from it.
+
+`mkdocs build` renders it into docs/configuration.md (docs/hooks.py); a key without a
+description is an error there and in the tests.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, SecretStr
+from pydantic.fields import FieldInfo
+
+from rousseau.config import SECRET_ENV, Config, parse_duration
+
+
+class UndocumentedKey(ValueError):
+    pass
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        found += _models(arg)
+    return found
+
+
+def _type(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type(args[0])
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (types.UnionType, typing.Union):
+        parts = [_type(a) for a in args if a is not type(None)]
+        return " \\| ".join(parts) + (" or null" if type(None) in args else "")
+    if origin is list:
+        return f"list of {_type(args[0])}"
+    if origin is dict:
+        return f"map of {_type(args[1])}"
+    if annotation is SecretStr:
+        return "secret"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:
+        value: Any = field.default_factory()  # type: ignore[call-arg]
+    else:
+        value = field.default
+    if isinstance(value, BaseModel):
+        return "(section)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
+
+
+def keys(
+    model: type[BaseModel] | None = None, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], FieldInfo]]:
+    """Every key of the model (default: the whole Config), depth first, as (path, field)."""
+    for name, field in (model or Config).model_fields.items():
+        if field.exclude:
+            continue
+        path = (*prefix, field.alias or name)
+        yield path, field
+        nested = _models(field.annotation)
+        if nested:
+            inner = (*path, "NAME") if typing.get_origin(field.annotation) is dict else path
+            yield from keys(nested[0], inner)
+
+
+def _env(path: tuple[str, ...]) -> str:
+    if "NAME" in path or len(path) > 3:
+        return ""
+    names = ["ROUSSEAU_" + "_".join(path).upper()]
+    names += [var for var, target in SECRET_ENV.items() if target == path]
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def config_reference() -> str:
+    """Markdown tables of every key: type, default, environment variables, description."""
+    sections: dict[str, list[str]] = {}
+    for path, field in keys():
+        if not field.description:
+            raise UndocumentedKey(f"config key {'.'.join(path)} has no description")
+        if len(path) == 1 and _models(field.annotation):
+            sections.setdefault(path[0], []).insert(0, field.description)
+            continue
+        top = path[0] if len(path) > 1 else "(top level)"
+        kind = _type(field.annotation)
+        if any(getattr(m, "func", None) is parse_duration for m in field.metadata):
+            kind = "duration" + (" or null" if "null" in kind else "")
+        row = (
+            f"| `{'.'.join(path[1:]) if len(path) > 1 else path[0]}` | {kind}"
+            f" | {_default(field)} | {_env(path)} | {' '.join(field.description.split())} |"
+        )
+        sections.setdefault(top, []).append(row)
+    out: list[str] = []
+    for section, lines in sections.items():
+        out.append(f"## {section}\n")
+        rows = [line for line in lines if line.startswith("|")]
+        intro = [line for line in lines if not line.startswith("|")]
+        out += [*intro, ""] if intro else []
+        if rows:
+            out += ["| Key | Type | Default | Environment | Description |", "|---|---|---|---|---|"]
+            out += rows
+        out.append("")
+    return "\n".join(out)
