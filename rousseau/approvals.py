@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import structlog
@@ -22,7 +23,15 @@ from rousseau.transports.base import Inbound, current_inbound
 
 log = structlog.get_logger("rousseau.approvals")
 
-Notify = Callable[[str, str, str], Awaitable[int]]
+
+class Notify(Protocol):
+    """Queue a message (with answer buttons where the platform has them) for a chat."""
+
+    def __call__(
+        self, transport: str, chat_id: str, text: str, buttons: tuple[str, ...] = ()
+    ) -> Awaitable[int]: ...
+
+
 ANSWER = re.compile(r"^\s*(yes|y|approve|no|n|deny)\s+#?([A-Za-z0-9]{4,8})\s*[.!]?\s*$", re.I)
 _ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 MAX_PENDING = 100
@@ -84,7 +93,7 @@ class ChatApprovals:
         log.info("approvals.asked", code=code, tool=request.tool, owners=sorted(owners))
         try:
             for transport, chat in sorted(targets):
-                await self.notify(transport, chat, text)
+                await self.notify(transport, chat, text, (f"yes {code}", f"no {code}"))
             with anyio.move_on_after(self.timeout):
                 await pending.done.wait()
         finally:

@@ -7,6 +7,7 @@ acknowledged, and its reply is queued in the same transaction that marks it done
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from collections import OrderedDict, deque
@@ -335,10 +336,15 @@ class Router:
         if parts:
             self.wake(inbound.transport)
 
-    async def notify(self, transport: str, chat_id: str, text: str) -> int:
-        """Queue a message that answers nobody (a cron reply, a notice) for delivery through
-        the outbox, split for the platform; returns how many parts."""
+    async def notify(
+        self, transport: str, chat_id: str, text: str, buttons: tuple[str, ...] = ()
+    ) -> int:
+        """Queue a message that answers nobody (a cron reply, a notice, a question with
+        answer `buttons`) for delivery through the outbox, split for the platform; returns
+        how many parts."""
         parts = self._parts(transport, chat_id, text)
+        if parts and buttons:  # on the last part, under the whole text
+            parts[-1] = dataclasses.replace(parts[-1], buttons=buttons)
         await self.state.finish(None, parts)
         if parts:
             self.wake(transport)

@@ -197,3 +197,18 @@ async def test_cron_may_have_its_own_approver(telegram: TelegramHarness, tmp_pat
     ):
         assert await said(telegram, 42, "^ran: backup$")
     assert audit(tmp_path)[0][:2] == ("allow", "rule: allow bash 'echo'")
+
+
+async def test_telegram_buttons_answer_too(telegram: TelegramHarness, tmp_path: Path) -> None:
+    async with daemon(telegram, tmp_path, owners="telegram:42"):
+        say(telegram, 43, "run pressed")
+        code = await code_for(telegram, 42)
+        [question] = [s for s in telegram.fake.sent if s.chat_id == 42 and code in s.text]
+        buttons = question.params["reply_markup"]["inline_keyboard"][0]
+        assert [b["text"] for b in buttons] == [f"yes {code}", f"no {code}"]
+        telegram.fake.press(question, f"yes {code}", user_id=43)  # not an owner: refused
+        assert await said(telegram, 42, f"Only an owner can answer {code}")
+        telegram.fake.press(question, f"yes {code}", user_id=42)
+        assert await said(telegram, 43, "^ran: pressed$")
+        assert len(telegram.fake.answered) == 2  # each press's spinner was stopped
+    assert audit(tmp_path) == [("allow", "owner telegram:42", "ok")]

@@ -6,6 +6,7 @@ agent appends: an inbound marked done implies its session's messages are committ
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -120,9 +121,19 @@ class DaemonState:
         def op(db: sqlite3.Connection) -> None:
             db.executemany(
                 "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
-                " next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                " next_attempt_at, created_at, buttons)"
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                 [
-                    (p.transport, p.chat_id, p.thread_id, p.reply_to, p.text, now, now)
+                    (
+                        p.transport,
+                        p.chat_id,
+                        p.thread_id,
+                        p.reply_to,
+                        p.text,
+                        now,
+                        now,
+                        json.dumps(list(p.buttons)) if p.buttons else None,
+                    )
                     for p in parts
                 ],
             )
@@ -139,7 +150,8 @@ class DaemonState:
     async def due(self, transport: str, limit: int = 50) -> list[OutboxRow]:
         def op(db: sqlite3.Connection) -> list[OutboxRow]:
             rows = db.execute(
-                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts FROM outbox o"
+                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts, buttons"
+                " FROM outbox o"
                 " WHERE status = 'pending' AND transport = ?1 AND next_attempt_at <= ?2"
                 # A part never overtakes an earlier one of its chat that waits for a retry.
                 " AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
@@ -152,7 +164,12 @@ class DaemonState:
                 OutboxRow(
                     id=r[0],
                     message=Outbound(
-                        transport=r[1], chat_id=r[2], thread_id=r[3], reply_to=r[4], text=r[5]
+                        transport=r[1],
+                        chat_id=r[2],
+                        thread_id=r[3],
+                        reply_to=r[4],
+                        text=r[5],
+                        buttons=tuple(json.loads(r[7])) if r[7] else (),
                     ),
                     attempts=r[6],
                 )

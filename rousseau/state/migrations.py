@@ -213,6 +213,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX tool_calls_session ON tool_calls(session_id, started_at)",
         ),
     ),
+    Migration(
+        8,
+        "answer buttons on outgoing messages",
+        ("ALTER TABLE outbox ADD COLUMN buttons TEXT",),  # a JSON list of labels, or NULL
+    ),
 )
 
 

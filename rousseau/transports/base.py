@@ -48,6 +48,10 @@ class Outbound:
     thread_id: str | None = None
     reply_to: str | None = None
     """The inbound message id this answers, where the platform can quote it."""
+    buttons: tuple[str, ...] = ()
+    """Answers offered as buttons where the platform has them; pressing one arrives as an
+    ordinary message with that text from whoever pressed it (the text itself says how to
+    answer where there are no buttons)."""
 
 
 current_inbound: ContextVar[Inbound | None] = ContextVar("current_inbound", default=None)

@@ -85,7 +85,7 @@ class TelegramTransport:
             updates = await self.bot.get_updates(
                 offset=self._offset,
                 timeout=self.poll_timeout,
-                allowed_updates=["message"],
+                allowed_updates=["message", "callback_query"],
             )
         except RetryAfter as exc:
             await anyio.sleep(_seconds(exc))
@@ -98,9 +98,37 @@ class TelegramTransport:
             inbound = self._normalise(update)
             if inbound is not None:
                 await handler(inbound)  # persisted: now it may be acknowledged
+            if update.callback_query is not None:
+                await self._answered(update.callback_query)
             self._offset = update.update_id + 1
 
+    async def _answered(self, query: Any) -> None:
+        """Stop the pressed button's spinner (best effort: the press is already taken)."""
+        try:
+            await self.bot.answer_callback_query(query.id)
+        except TelegramError as exc:
+            log.debug("telegram.callback_answer_failed", error=str(exc))
+
+    def _pressed(self, query: Any) -> Inbound | None:
+        """A pressed answer button: an ordinary message with the button's text, from whoever
+        pressed it, in the chat of the message that carried the button."""
+        message = query.message
+        if not query.data or message is None or query.from_user is None:
+            return None
+        return Inbound(
+            transport=self.name,
+            chat_id=str(message.chat.id),
+            sender_id=str(query.from_user.id),
+            message_id=f"button:{query.id}",
+            text=str(query.data),
+            is_group=message.chat.type in _GROUPS,
+            mentioned=True,
+            sender_name=query.from_user.full_name or "",
+        )
+
     def _normalise(self, update: Any) -> Inbound | None:
+        if update.callback_query is not None:
+            return self._pressed(update.callback_query)
         message = update.message
         if message is None or message.from_user is None or message.from_user.is_bot:
             return None  # edits, channel posts, our own and other bots' messages
@@ -160,6 +188,10 @@ class TelegramTransport:
             params["reply_parameters"] = telegram.ReplyParameters(
                 message_id=int(message.reply_to.rsplit(":", 1)[1]),
                 allow_sending_without_reply=True,
+            )
+        if message.buttons:  # one row; callback data is the button's own text (<= 64 bytes)
+            params["reply_markup"] = telegram.InlineKeyboardMarkup(
+                [[telegram.InlineKeyboardButton(b, callback_data=b[:64]) for b in message.buttons]]
             )
         for _ in range(5):
             try:

@@ -35,6 +35,8 @@ class FakeTelegram:
         self.sent: list[Sent] = []
         self.actions: list[tuple[int, str]] = []
         self.offsets: list[int] = []
+        self.answered: list[str] = []
+        """Callback queries the bot answered (pressed buttons)."""
         self.flood_once: int | None = None
         self.drop_polls = 0
         """Answer this many getUpdates calls with 502, as a proxy in front of a dying link."""
@@ -125,6 +127,32 @@ class FakeTelegram:
                 "text": "earlier answer",
             }
         update = {"update_id": update_id or next(self._update_ids), "message": message}
+        self.deliver(update)
+        return update
+
+    def press(self, sent: Sent, label: str, *, user_id: int = 42) -> dict[str, Any]:
+        """Press one of the inline buttons under a message the bot sent."""
+        markup = sent.params.get("reply_markup") or {}
+        data = next(
+            b["callback_data"]
+            for row in markup.get("inline_keyboard", [])
+            for b in row
+            if b["text"] == label
+        )
+        chat_type = "private" if sent.chat_id > 0 else "supergroup"
+        query = {
+            "id": str(next(self._update_ids)),
+            "from": {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"},
+            "chat_instance": "1",
+            "data": data,
+            "message": {
+                "message_id": sent.params.get("_message_id", 1),
+                "date": int(time.time()),
+                "chat": {"id": sent.chat_id, "type": chat_type, "first_name": "Ann"},
+                "text": sent.text,
+            },
+        }
+        update = {"update_id": next(self._update_ids), "callback_query": query}
         self.deliver(update)
         return update
 
@@ -261,6 +289,10 @@ class FakeTelegram:
                 "text": params["text"],
             },
         }
+
+    def _api_answerCallbackQuery(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.answered.append(str(params["callback_query_id"]))
+        return 200, {"ok": True, "result": True}
 
     def _api_sendChatAction(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if "chat_id" not in params:  # a call cancelled mid-body (the turn was already done)
