@@ -7,7 +7,16 @@ import datetime
 import ipaddress
 import socket
 import sys
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rousseau.agent import Provider
+    from rousseau.config import Config
+    from rousseau.daemon import Daemon
+    from rousseau.transports.base import Transport
 
 _SCRIPT = Path(sys.executable).parent / "rousseau"
 ROUSSEAU = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
@@ -57,3 +66,28 @@ def self_signed(cert: Path, key: Path) -> None:
         )
     )
     key.chmod(0o600)
+
+
+@asynccontextmanager
+async def serving(
+    transport: Transport, config: Config, provider: Provider, allowlist: Iterable[str]
+) -> AsyncIterator[Daemon]:
+    """A daemon serving one transport (allowing `allowlist`), once it is connected."""
+    import anyio
+
+    from rousseau.daemon import Daemon
+    from rousseau.router import ChatPolicy
+
+    daemon = Daemon(
+        config,
+        transports={transport.name: transport},
+        chat_policies={transport.name: ChatPolicy(allowlist=frozenset(allowlist))},
+        provider=provider,
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(20):
+            while not transport.connected:
+                await anyio.sleep(0.02)
+        yield daemon
+        daemon.stop()

@@ -15,8 +15,8 @@ from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
-from rousseau.router import ChatPolicy
 from rousseau.state import Store
+from tests.helpers import serving
 from tests.transports.harness_telegram import TelegramHarness
 
 pytestmark = pytest.mark.anyio
@@ -54,20 +54,10 @@ async def daemon(
     }
     if owners:
         env["ROUSSEAU_AGENT_APPROVER_OWNERS"] = owners
-    transport = telegram.transport()
-    made = Daemon(
-        load_config(None, env),
-        transports={"telegram": transport},
-        chat_policies={"telegram": ChatPolicy(allowlist=frozenset({"42", "43", "44"}))},
-        provider=FunctionProvider(model),
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(made.run)
-        with anyio.fail_after(20):
-            while not transport.connected:
-                await anyio.sleep(0.02)
+    config = load_config(None, env)
+    provider = FunctionProvider(model)
+    async with serving(telegram.transport(), config, provider, ["42", "43", "44"]) as made:
         yield made
-        made.stop()
 
 
 def say(telegram: TelegramHarness, user: int, text: str) -> None:

@@ -17,10 +17,9 @@ from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
 from rousseau.config import load_config
 from rousseau.cron import CronJobs
 from rousseau.daemon import Daemon
-from rousseau.router import ChatPolicy
 from rousseau.state import Store
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
-from tests.helpers import ROUSSEAU
+from tests.helpers import ROUSSEAU, serving
 from tests.transports.harness_telegram import TelegramHarness
 
 pytestmark = pytest.mark.anyio
@@ -62,20 +61,8 @@ def environment(tmp: Path) -> dict[str, str]:
 @asynccontextmanager
 async def daemon(telegram: TelegramHarness, tmp: Path, **env: str) -> AsyncIterator[Daemon]:
     config = load_config(None, {**environment(tmp), **env})
-    transport = telegram.transport()
-    made = Daemon(
-        config,
-        transports={"telegram": transport},
-        chat_policies={"telegram": ChatPolicy(allowlist=frozenset({"42"}))},
-        provider=FunctionProvider(answer),
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(made.run)
-        with anyio.fail_after(20):
-            while not transport.connected:
-                await anyio.sleep(0.02)
+    async with serving(telegram.transport(), config, FunctionProvider(answer), ["42"]) as made:
         yield made
-        made.stop()
 
 
 def cli(tmp: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:

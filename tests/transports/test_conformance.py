@@ -17,7 +17,7 @@ from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
-from rousseau.router import ChatPolicy
+from tests.helpers import serving
 from tests.transports.conformance import Delivered, Harness
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_email import EmailHarness
@@ -78,19 +78,8 @@ async def daemon(harness: Harness, tmp: Path) -> AsyncIterator[tuple[Daemon, Fun
     )
     provider = FunctionProvider(echo)
     transport = harness.transport()
-    d = Daemon(
-        config,
-        transports={harness.name: transport},
-        chat_policies={harness.name: ChatPolicy(allowlist=frozenset({harness.owner}))},
-        provider=provider,
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(d.run)
-        with anyio.fail_after(20):
-            while not transport.connected:
-                await anyio.sleep(0.02)
+    async with serving(transport, config, provider, [harness.owner]) as d:
         yield d, provider
-        d.stop()
     assert not transport.connected
 
 
