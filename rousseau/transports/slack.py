@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtraError("the slack transport", "slack") from exc
 
 log = structlog.get_logger("rousseau.slack")
+ANSWER_ACTION = "rousseau_answer_"
 
 HARD_LIMIT = 40_000
 SOFT_LIMIT = 3_500  # long replies read better in several messages well before Slack's limit
@@ -96,8 +97,13 @@ class SlackTransport:
         async def on_mention(event: dict[str, Any]) -> None:
             await self._on_event(event, handler, mention_event=True)
 
+        async def on_button(ack: Any, body: dict[str, Any]) -> None:
+            await self._on_button(body, handler)
+            await ack()  # after the press is persisted, as with events
+
         app.event("message")(on_message)
         app.event("app_mention")(on_mention)
+        app.action(re.compile(f"^{ANSWER_ACTION}"))(on_button)
         self._socket = AsyncSocketModeHandler(app, self.app_token, web_client=self._socket_client)
         try:
             await self._socket.connect_async()
@@ -156,10 +162,52 @@ class SlackTransport:
         )
         await handler(inbound)
 
+    async def _on_button(self, body: dict[str, Any], handler: InboundHandler) -> None:
+        """A pressed answer button: an ordinary message with its text, from whoever pressed."""
+        action = (body.get("actions") or [{}])[0]
+        user = (body.get("user") or {}).get("id")
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id"
+        )
+        if not user or not channel or not action.get("value"):
+            return
+        container = body.get("container") or {}
+        thread = container.get("thread_ts")
+        await handler(
+            Inbound(
+                transport=self.name,
+                chat_id=str(channel),
+                sender_id=str(user),
+                message_id=f"button:{channel}:{action.get('action_ts') or body.get('trigger_id')}",
+                text=str(action["value"]),
+                is_group=not str(channel).startswith("D"),
+                mentioned=True,
+                thread_id=str(thread) if thread else None,
+            )
+        )
+
     async def send(self, message: Outbound) -> None:
+        text = to_mrkdwn(message.text)
+        blocks: list[dict[str, Any]] | None = None
+        if message.buttons:  # Block Kit: the text, then one button per answer
+            blocks = [
+                {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}},
+                {
+                    "type": "actions",
+                    "elements": [
+                        {
+                            "type": "button",
+                            "action_id": f"{ANSWER_ACTION}{i}",
+                            "text": {"type": "plain_text", "text": label[:75]},
+                            "value": label[:2000],
+                        }
+                        for i, label in enumerate(message.buttons)
+                    ],
+                },
+            ]
         try:
             await self.client.chat_postMessage(
-                channel=message.chat_id, text=to_mrkdwn(message.text), thread_ts=message.thread_id
+                channel=message.chat_id, text=text, thread_ts=message.thread_id, blocks=blocks
             )
         except SlackApiError as exc:
             raise ConnectionError(

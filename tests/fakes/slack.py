@@ -27,6 +27,7 @@ class Posted:
     channel: str
     text: str
     thread_ts: str | None
+    blocks: list[dict[str, Any]] | None = None
     at: float = field(default_factory=time.time)
 
 
@@ -118,6 +119,53 @@ class FakeSlack(AioServer):
         self._send(envelope)
         return envelope_id
 
+    def press(self, posted: Posted, label: str, *, user: str) -> str:
+        """Press a button under a message the bot posted (a block_actions interaction)."""
+        button = next(
+            element
+            for block in posted.blocks or []
+            if block["type"] == "actions"
+            for element in block["elements"]
+            if element["text"]["text"] == label
+        )
+        envelope_id = f"env-{next(self._ids)}"
+        now = f"{time.time():.6f}"
+        self._send(
+            {
+                "envelope_id": envelope_id,
+                "type": "interactive",
+                "accepts_response_payload": True,
+                "payload": {
+                    "type": "block_actions",
+                    "token": "verification-token",
+                    "api_app_id": "A0001",
+                    "trigger_id": f"trig-{next(self._ids)}",
+                    "team": {"id": TEAM, "domain": "test"},
+                    "user": {"id": user, "username": "user", "team_id": TEAM},
+                    "channel": {"id": posted.channel, "name": "chat"},
+                    "container": {
+                        "type": "message",
+                        "message_ts": now,
+                        "channel_id": posted.channel,
+                        "is_ephemeral": False,
+                        **({"thread_ts": posted.thread_ts} if posted.thread_ts else {}),
+                    },
+                    "message": {"type": "message", "text": posted.text, "ts": now},
+                    "actions": [
+                        {
+                            "type": "button",
+                            "action_id": button["action_id"],
+                            "block_id": "b1",
+                            "text": button["text"],
+                            "value": button["value"],
+                            "action_ts": now,
+                        }
+                    ],
+                },
+            }
+        )
+        return envelope_id
+
     def disconnect(self) -> None:
         """Slack's request to reconnect (it does this every few hours)."""
         self._send(
@@ -168,11 +216,13 @@ class FakeSlack(AioServer):
                 }
             )
         if method == "chat.postMessage":
+            blocks = params.get("blocks")
             self.posted.append(
                 Posted(
                     channel=params["channel"],
                     text=params["text"],
                     thread_ts=params.get("thread_ts"),
+                    blocks=json.loads(blocks) if isinstance(blocks, str) else blocks,
                 )
             )
             ts = f"{int(time.time())}.{next(self._ts):06d}"

@@ -150,3 +150,41 @@ async def test_envelope_is_acknowledged_only_after_the_message_is_persisted() ->
         await transport.aclose()
         fake.stop()
     assert seen[0].message_id == "D0DM:1.000001"
+
+
+async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
+    harness: SlackHarness,
+) -> None:
+    from rousseau.transports.base import Inbound, Outbound
+
+    fake = harness.fake
+    transport = harness.transport()
+    received: list[Inbound] = []
+
+    async def handler(inbound: Inbound) -> None:
+        received.append(inbound)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(transport.run, handler)
+        question = Outbound(
+            transport="slack",
+            chat_id="D0OWNER",
+            text="Approve bash? [K7QD]",
+            buttons=("yes K7QD", "no K7QD"),
+        )
+        await transport.send(question)
+        [posted] = fake.posted
+        assert posted.text == "Approve bash? [K7QD]"  # the fallback text says how to answer
+        assert posted.blocks is not None
+        labels = [e["text"]["text"] for e in posted.blocks[1]["elements"]]
+        assert labels == ["yes K7QD", "no K7QD"]
+        envelope = await anyio.to_thread.run_sync(
+            lambda: fake.press(posted, "no K7QD", user="U0OWNER")
+        )
+        with anyio.fail_after(10):
+            while not received or envelope not in fake.acked:
+                await anyio.sleep(0.02)
+        await transport.stop()
+    [pressed] = received
+    assert (pressed.text, pressed.sender_id, pressed.chat_id) == ("no K7QD", "U0OWNER", "D0OWNER")
+    assert not pressed.is_group
