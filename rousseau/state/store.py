@@ -81,7 +81,7 @@ class Store:
             conn.execute("PRAGMA busy_timeout = 15000")
             conn.execute("PRAGMA foreign_keys = ON")
             if self.path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
+                _wal(conn)
                 conn.execute("PRAGMA synchronous = NORMAL")
             migrate(conn)
         except BaseException:
@@ -468,6 +468,20 @@ class Store:
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL. SQLite answers "locked" at once, without waiting for the busy timeout,
+    while another process is creating the same new file; so wait here, up to the same 15 s."""
+    deadline = time.monotonic() + 15.0
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _info(r: tuple[Any, ...]) -> SessionInfo:
