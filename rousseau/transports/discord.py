@@ -24,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtraError("the discord transport", "discord") from exc
 
 log = structlog.get_logger("rousseau.discord")
+ANSWER_ID = "rousseau_answer:"
 
 MAX_LENGTH = 2000
 
@@ -64,9 +65,35 @@ class DiscordTransport:
             if inbound is not None:
                 await handler(inbound)
 
+        async def on_interaction(interaction: discord.Interaction) -> None:
+            inbound = self._pressed(interaction)
+            if inbound is not None:
+                await handler(inbound)
+                await interaction.response.defer()  # after persisting, as messages are
+
         client.event(on_ready)
         client.event(on_message)
+        client.event(on_interaction)
         return client
+
+    def _pressed(self, interaction: discord.Interaction) -> Inbound | None:
+        """A pressed answer button: an ordinary message with its text, from whoever pressed."""
+        data: dict[str, Any] = dict(interaction.data or {})
+        custom_id = str(data.get("custom_id") or "")
+        if interaction.type is not discord.InteractionType.component:
+            return None
+        if not custom_id.startswith(ANSWER_ID) or interaction.channel_id is None:
+            return None
+        return Inbound(
+            transport=self.name,
+            chat_id=str(interaction.channel_id),
+            sender_id=str(interaction.user.id),
+            message_id=f"button:{interaction.id}",
+            text=custom_id.removeprefix(ANSWER_ID),
+            is_group=interaction.guild_id is not None,
+            mentioned=True,
+            sender_name=interaction.user.display_name,
+        )
 
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -139,12 +166,20 @@ class DiscordTransport:
                 channel_id=int(message.chat_id),
                 fail_if_not_exists=False,
             )
+        view = discord.utils.MISSING
+        if message.buttons:  # the answers as buttons; a press comes back as an interaction
+            view = discord.ui.View(timeout=None)
+            for label in message.buttons:
+                view.add_item(
+                    discord.ui.Button(label=label[:80], custom_id=f"{ANSWER_ID}{label}"[:100])
+                )
         try:
             await channel.send(
                 message.text,
                 reference=reference,
                 mention_author=False,
                 allowed_mentions=discord.AllowedMentions.none(),
+                view=view,
             )
         except discord.HTTPException as exc:
             raise ConnectionError(f"discord: sending failed ({exc})") from exc

@@ -47,6 +47,8 @@ class SentMessage:
     channel_id: str
     content: str
     reference: str | None
+    components: list[dict[str, Any]] = field(default_factory=list)
+    id: str = ""
     at: float = field(default_factory=time.time)
 
 
@@ -56,6 +58,7 @@ class FakeDiscord(AioServer):
         self.token = token
         self.sent: list[SentMessage] = []
         self.typing: list[str] = []
+        self.interaction_answers: list[tuple[str, dict[str, Any]]] = []
         self.identifies = 0
         self.resumes = 0
         self.rate_limit_once = False
@@ -138,6 +141,65 @@ class FakeDiscord(AioServer):
         self.dispatch("MESSAGE_CREATE", data)
         return data
 
+    def press(self, sent: SentMessage, label: str, *, user_id: str = OWNER_ID) -> str:
+        """Press a button under a message the bot sent: an INTERACTION_CREATE, as Discord
+        dispatches it; returns the interaction id."""
+        custom_id = next(
+            c["custom_id"]
+            for row in sent.components
+            for c in row.get("components", [])
+            if c.get("label") == label
+        )
+        interaction_id = str(300000000000000000 + next(self._ids))
+        guild = sent.channel_id == GENERAL_ID
+        data: dict[str, Any] = {
+            "id": interaction_id,
+            "application_id": BOT_ID,
+            "type": 3,
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "channel_id": sent.channel_id,
+            "channel": {"id": sent.channel_id, "type": 0 if guild else 1},
+            "token": f"interaction-token-{interaction_id}",
+            "version": 1,
+            "locale": "en-US",
+            "entitlements": [],
+            "authorizing_integration_owners": {},
+            "attachment_size_limit": 10485760,
+            "message": {
+                "id": sent.id,
+                "channel_id": sent.channel_id,
+                "author": _user(BOT_ID, "rousseau", bot=True),
+                "content": sent.content,
+                "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+                "edited_timestamp": None,
+                "tts": False,
+                "mention_everyone": False,
+                "mentions": [],
+                "mention_roles": [],
+                "attachments": [],
+                "embeds": [],
+                "pinned": False,
+                "type": 0,
+                "flags": 0,
+                "components": sent.components,
+            },
+        }
+        if guild:
+            data["guild_id"] = GUILD_ID
+            data["member"] = {
+                "user": _user(user_id, f"user{user_id[-3:]}"),
+                "roles": [],
+                "joined_at": "2024-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "permissions": "0",
+                "flags": 0,
+            }
+        else:
+            data["user"] = _user(user_id, f"user{user_id[-3:]}")
+        self.dispatch("INTERACTION_CREATE", data)
+        return interaction_id
+
     def redeliver(self, data: dict[str, Any]) -> None:
         self.dispatch("MESSAGE_CREATE", data)
 
@@ -162,9 +224,13 @@ class FakeDiscord(AioServer):
     # -- REST -----------------------------------------------------------------------------
 
     async def _rest(self, request: web.Request) -> web.Response:
+        path = request.match_info["path"]
+        if path.startswith("interactions/") and path.endswith("/callback"):
+            # the interaction's own token authorises its answer, not the bot's
+            self.interaction_answers.append((path.split("/")[1], await request.json()))
+            return web.Response(status=204)
         if request.headers.get("Authorization") != f"Bot {self.token}":
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
-        path = request.match_info["path"]
         if path == "users/@me":
             return _json(_user(BOT_ID, "rousseau", bot=True))
         if path == "oauth2/applications/@me":
@@ -211,12 +277,19 @@ class FakeDiscord(AioServer):
             body = await request.json()
             ref = (body.get("message_reference") or {}).get("message_id")
             ref = str(ref) if ref is not None else None
+            message_id = str(200000000000000000 + next(self._ids))
             self.sent.append(
-                SentMessage(channel_id=parts[1], content=body["content"], reference=ref)
+                SentMessage(
+                    channel_id=parts[1],
+                    content=body["content"],
+                    reference=ref,
+                    components=body.get("components") or [],
+                    id=message_id,
+                )
             )
             return _json(
                 {
-                    "id": str(200000000000000000 + next(self._ids)),
+                    "id": message_id,
                     "channel_id": parts[1],
                     "author": _user(BOT_ID, "rousseau", bot=True),
                     "content": body["content"],

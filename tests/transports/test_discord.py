@@ -70,3 +70,39 @@ async def test_bad_token_is_a_clear_error() -> None:
             await bad.check()
     finally:
         fake.stop()
+
+
+async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
+    harness: DiscordHarness,
+) -> None:
+    from rousseau.transports.base import Inbound, Outbound
+    from tests.fakes.discord import OWNER_ID
+
+    fake = harness.fake
+    transport = harness.transport()
+    received: list[Inbound] = []
+
+    async def handler(inbound: Inbound) -> None:
+        received.append(inbound)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(transport.run, handler)
+        question = Outbound(
+            transport="discord",
+            chat_id=GENERAL_ID,
+            text="Approve bash? [K7QD]",
+            buttons=("yes K7QD", "no K7QD"),
+        )
+        await transport.send(question)
+        [sent] = fake.sent
+        labels = [c["label"] for row in sent.components for c in row["components"]]
+        assert sent.content == "Approve bash? [K7QD]" and labels == ["yes K7QD", "no K7QD"]
+        pressed_id = await anyio.to_thread.run_sync(lambda: fake.press(sent, "yes K7QD"))
+        with anyio.fail_after(10):
+            while not fake.interaction_answers:
+                await anyio.sleep(0.02)
+        await transport.stop()
+    [pressed] = received
+    assert (pressed.text, pressed.sender_id, pressed.chat_id) == ("yes K7QD", OWNER_ID, GENERAL_ID)
+    assert pressed.is_group and pressed.mentioned
+    assert fake.interaction_answers[0][0] == pressed_id  # answered, so Discord shows no error
