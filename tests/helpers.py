@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rousseau.agent import Provider
     from rousseau.config import Config
     from rousseau.daemon import Daemon
-    from rousseau.transports.base import Transport
+    from rousseau.transports.base import Inbound, Transport
 
 _SCRIPT = Path(sys.executable).parent / "rousseau"
 ROUSSEAU = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
@@ -91,3 +91,19 @@ async def serving(
                 await anyio.sleep(0.02)
         yield daemon
         daemon.stop()
+
+
+@asynccontextmanager
+async def receiving(transport: Transport) -> AsyncIterator[list[Inbound]]:
+    """Run a transport alone, collecting what it hands over, until the block ends."""
+    import anyio
+
+    received: list[Inbound] = []
+
+    async def handler(inbound: Inbound) -> None:
+        received.append(inbound)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(transport.run, handler)
+        yield received
+        await transport.stop()

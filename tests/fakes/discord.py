@@ -31,6 +31,27 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     )
 
 
+def _bot_message(message_id: str, channel_id: str, content: str) -> dict[str, Any]:
+    """A message the bot wrote, as the API returns it."""
+    return {
+        "id": message_id,
+        "channel_id": channel_id,
+        "author": _user(BOT_ID, "rousseau", bot=True),
+        "content": content,
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+        "edited_timestamp": None,
+        "tts": False,
+        "mention_everyone": False,
+        "mentions": [],
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": False,
+        "type": 0,
+        "flags": 0,
+    }
+
+
 def _user(user_id: str, name: str, *, bot: bool = False) -> dict[str, Any]:
     return {
         "id": user_id,
@@ -166,21 +187,7 @@ class FakeDiscord(AioServer):
             "authorizing_integration_owners": {},
             "attachment_size_limit": 10485760,
             "message": {
-                "id": sent.id,
-                "channel_id": sent.channel_id,
-                "author": _user(BOT_ID, "rousseau", bot=True),
-                "content": sent.content,
-                "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
-                "edited_timestamp": None,
-                "tts": False,
-                "mention_everyone": False,
-                "mentions": [],
-                "mention_roles": [],
-                "attachments": [],
-                "embeds": [],
-                "pinned": False,
-                "type": 0,
-                "flags": 0,
+                **_bot_message(sent.id, sent.channel_id, sent.content),
                 "components": sent.components,
             },
         }
@@ -287,25 +294,7 @@ class FakeDiscord(AioServer):
                     id=message_id,
                 )
             )
-            return _json(
-                {
-                    "id": message_id,
-                    "channel_id": parts[1],
-                    "author": _user(BOT_ID, "rousseau", bot=True),
-                    "content": body["content"],
-                    "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
-                    "edited_timestamp": None,
-                    "tts": False,
-                    "mention_everyone": False,
-                    "mentions": [],
-                    "mention_roles": [],
-                    "attachments": [],
-                    "embeds": [],
-                    "pinned": False,
-                    "type": 0,
-                    "flags": 0,
-                }
-            )
+            return _json(_bot_message(message_id, parts[1], body["content"]))
         if parts[0] == "channels" and len(parts) == 2:
             if parts[1] == GENERAL_ID:
                 return _json(self._text_channel())

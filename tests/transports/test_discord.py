@@ -10,6 +10,7 @@ import pytest
 
 from rousseau.transports.discord import DiscordTransport
 from tests.fakes.discord import GENERAL_ID, FakeDiscord
+from tests.helpers import receiving
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.test_conformance import daemon, delivered, settle
 
@@ -75,18 +76,12 @@ async def test_bad_token_is_a_clear_error() -> None:
 async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
     harness: DiscordHarness,
 ) -> None:
-    from rousseau.transports.base import Inbound, Outbound
+    from rousseau.transports.base import Outbound
     from tests.fakes.discord import OWNER_ID
 
     fake = harness.fake
     transport = harness.transport()
-    received: list[Inbound] = []
-
-    async def handler(inbound: Inbound) -> None:
-        received.append(inbound)
-
-    async with anyio.create_task_group() as tg:
-        await tg.start(transport.run, handler)
+    async with receiving(transport) as received:
         question = Outbound(
             transport="discord",
             chat_id=GENERAL_ID,
@@ -101,7 +96,6 @@ async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
         with anyio.fail_after(10):
             while not fake.interaction_answers:
                 await anyio.sleep(0.02)
-        await transport.stop()
     [pressed] = received
     assert (pressed.text, pressed.sender_id, pressed.chat_id) == ("yes K7QD", OWNER_ID, GENERAL_ID)
     assert pressed.is_group and pressed.mentioned

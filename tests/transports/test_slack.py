@@ -10,6 +10,7 @@ import pytest
 
 from rousseau.transports.slack import SlackTransport, to_mrkdwn
 from tests.fakes.slack import BOT_USER, FakeSlack
+from tests.helpers import receiving
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.test_conformance import daemon, delivered, settle
 
@@ -155,17 +156,11 @@ async def test_envelope_is_acknowledged_only_after_the_message_is_persisted() ->
 async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
     harness: SlackHarness,
 ) -> None:
-    from rousseau.transports.base import Inbound, Outbound
+    from rousseau.transports.base import Outbound
 
     fake = harness.fake
     transport = harness.transport()
-    received: list[Inbound] = []
-
-    async def handler(inbound: Inbound) -> None:
-        received.append(inbound)
-
-    async with anyio.create_task_group() as tg:
-        await tg.start(transport.run, handler)
+    async with receiving(transport) as received:
         question = Outbound(
             transport="slack",
             chat_id="D0OWNER",
@@ -184,7 +179,6 @@ async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
         with anyio.fail_after(10):
             while not received or envelope not in fake.acked:
                 await anyio.sleep(0.02)
-        await transport.stop()
     [pressed] = received
     assert (pressed.text, pressed.sender_id, pressed.chat_id) == ("no K7QD", "U0OWNER", "D0OWNER")
     assert not pressed.is_group
