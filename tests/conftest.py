@@ -8,11 +8,17 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio.from_thread  # imported here on purpose: see below
+import anyio.to_thread  # noqa: F401 - likewise
 import pytest
 
 from tests.fakes.llm import FakeLLMServer
 from tests.mail.dovecot import Dovecot, dovecot_binary
 from tests.matrix.synapse import Synapse, synapse_python
+
+# Imported here, on the main thread: a first import inside a worker thread (fakes call
+# anyio.from_thread there) compiles under pytest's assertion rewriter while other threads
+# compile too, which CPython 3.11.7 can fail with "AST constructor recursion depth mismatch".
 
 # neonize runs `os.popen("uname -a")` at import and never closes it. The Popen parks itself
 # in subprocess's list of unreaped children until some later Popen reaps it, and the unclosed

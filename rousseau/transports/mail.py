@@ -248,6 +248,7 @@ class EmailTransport:
         self._state: KeyValue = MemoryKeyValue()
         self._client: IMAPClient | None = None
         self._stop = anyio.Event()
+        import imapclient  # noqa: F401 - here, not first on the worker thread that connects
 
     def bind_state(self, state: KeyValue) -> None:
         self._state = state

@@ -55,6 +55,9 @@ class TwilioSender:
         status_timeout: float = 30.0,
         poll: float = 1.0,
     ) -> None:
+        # everything send() needs, imported here and not on the worker thread that sends:
+        # first imports on worker threads race other threads' compiles on CPython 3.11.7
+        import twilio.base.exceptions  # noqa: F401
         from twilio.http.http_client import TwilioHttpClient
         from twilio.rest import Client
 
@@ -119,7 +122,7 @@ class VonageSender:
         self, api_key: str, api_secret: str, sender: str, *, base_url: str | None = None
     ) -> None:
         from vonage_http_client import Auth, HttpClient, HttpClientOptions
-        from vonage_sms import Sms
+        from vonage_sms import Sms  # with SmsMessage and the errors send() uses
 
         options: dict[str, Any] = {"timeout": 30, "max_retries": 0}
         if base_url:
