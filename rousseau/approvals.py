@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -35,6 +36,7 @@ class Notify(Protocol):
 ANSWER = re.compile(r"^\s*(yes|y|approve|no|n|deny)\s+#?([A-Za-z0-9]{4,8})\s*[.!]?\s*$", re.I)
 _ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 MAX_PENDING = 100
+ISSUED_KEPT = 1000  # codes remembered after they are settled: a late answer is told so
 PREVIEW = 400
 
 
@@ -61,11 +63,16 @@ class ChatApprovals:
         self.timeout = timeout
         self.notify = notify
         self.pending: dict[str, _Pending] = {}
+        self._issued: OrderedDict[str, None] = OrderedDict()
 
     def _code(self) -> str:
+        """A code not given out recently, so a late answer cannot settle a newer request."""
         while True:
             code = "".join(secrets.choice(_ALPHABET) for _ in range(4))
-            if code not in self.pending:
+            if code not in self._issued:
+                self._issued[code] = None
+                while len(self._issued) > ISSUED_KEPT:
+                    self._issued.popitem(last=False)
                 return code
 
     async def ask(self, request: ApprovalRequest) -> Decision:
@@ -105,9 +112,10 @@ class ChatApprovals:
             )
         return pending.decision
 
-    @staticmethod
-    def is_answer(text: str) -> bool:
-        return ANSWER.match(text) is not None
+    def is_answer(self, text: str) -> bool:
+        """`yes ID` / `no ID` naming a code this gave out; "no thanks" is just a message."""
+        match = ANSWER.match(text)
+        return match is not None and match.group(2).upper() in self._issued
 
     def answer(self, inbound: Inbound) -> str:
         """Settle the request an answer names; the reply for its sender."""

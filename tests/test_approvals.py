@@ -202,3 +202,23 @@ async def test_telegram_buttons_answer_too(telegram: TelegramHarness, tmp_path: 
         assert await said(telegram, 43, "^ran: pressed$")
         assert len(telegram.fake.answered) == 2  # each press's spinner was stopped
     assert audit(tmp_path) == [("allow", "owner telegram:42", "ok")]
+
+
+async def test_only_codes_given_out_are_answers() -> None:
+    from rousseau.agent import ApprovalRequest, ToolUse
+    from rousseau.approvals import ChatApprovals
+
+    asked: list[tuple[str, ...]] = []
+
+    async def notify(transport: str, chat_id: str, text: str, buttons: tuple[str, ...] = ()) -> int:
+        asked.append(buttons)
+        return 1
+
+    approvals = ChatApprovals(owners=["telegram:42"], timeout=0.05, notify=notify)
+    assert not approvals.is_answer("no thanks") and not approvals.is_answer("yes ABCD")
+    request = ApprovalRequest(session_id="s", tool_use=ToolUse(id="t", name="bash", input={}))
+    decision = await approvals.ask(request)
+    assert not decision.allow and decision.by == "timeout: no answer"
+    code = asked[0][0].split()[1]
+    assert approvals.is_answer(f"yes {code.lower()}")  # a late answer is still recognised
+    assert not approvals.is_answer("no thanks")
