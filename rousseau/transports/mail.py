@@ -245,6 +245,8 @@ class EmailTransport:
         self.idle = idle
         self.ca_file = ca_file
         self.timeout = timeout
+        # one context for every connection (it loads the CA bundle once)
+        self._tls = ssl.create_default_context(cafile=ca_file) if security != "plain" else None
         self._state: KeyValue = MemoryKeyValue()
         self._client: IMAPClient | None = None
         self._stop = anyio.Event()
@@ -257,8 +259,16 @@ class EmailTransport:
     def connected(self) -> bool:
         return self._client is not None
 
-    def _tls_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=self.ca_file)
+    def _smtp(self) -> dict[str, Any]:
+        """How to reach the SMTP server, for sending and for checking alike."""
+        return {
+            "hostname": self.smtp_host,
+            "port": self.smtp_port,
+            "use_tls": self.security == "tls",
+            "start_tls": self.security == "starttls",
+            "tls_context": self._tls,
+            "timeout": self.timeout,
+        }
 
     # IMAPClient is blocking: every call runs on a worker thread, one at a time.
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -278,12 +288,12 @@ class EmailTransport:
             self.imap_host,
             port=self.imap_port,
             ssl=self.security == "tls",
-            ssl_context=self._tls_context() if self.security == "tls" else None,
+            ssl_context=self._tls if self.security == "tls" else None,
             timeout=self.timeout,
         )
         try:
             if self.security == "starttls":
-                client.starttls(self._tls_context())
+                client.starttls(self._tls)
             client.login(self.username, self.password)
             client.select_folder(self.mailbox)
         except BaseException:
@@ -337,14 +347,14 @@ class EmailTransport:
                 await self._take(client, handler, uid)
 
     async def _take(self, client: IMAPClient, handler: InboundHandler, uid: int) -> None:
-        if True:
-            fetched = await self._call(client.fetch, [uid], ["BODY.PEEK[]"])
-            raw = fetched.get(uid, {}).get(b"BODY[]")
-            if isinstance(raw, bytes):
-                inbound = await self._read(raw, uid)
-                if inbound is not None:
-                    await handler(inbound)  # returns once persisted
-            await self._call(client.add_flags, [uid], [b"\\Seen"])
+        """One message: read it without marking it, hand it over, then mark it seen."""
+        fetched = await self._call(client.fetch, [uid], ["BODY.PEEK[]"])
+        raw = fetched.get(uid, {}).get(b"BODY[]")
+        if isinstance(raw, bytes):
+            inbound = await self._read(raw, uid)
+            if inbound is not None:
+                await handler(inbound)  # returns once persisted
+        await self._call(client.add_flags, [uid], [b"\\Seen"])
 
     async def _read(self, raw: bytes, uid: int) -> Inbound | None:
         try:
@@ -370,7 +380,8 @@ class EmailTransport:
         if doubt is not None:
             log.warning("email.suspect_sender", uid=uid, sender=sender, reason=doubt)
             return None
-        text = body_text(message) or str(message.get("Subject", "")).strip()
+        subject = str(message.get("Subject", "")).strip()
+        text = body_text(message) or subject
         if not text:
             log.info("email.ignored", uid=uid, reason="empty", sender=sender)
             return None
@@ -378,7 +389,6 @@ class EmailTransport:
         own_id = message_id[0] if message_id else f"<uid-{uid}@{self.imap_host}>"
         references = _ids(message.get("References")) or _ids(message.get("In-Reply-To"))
         root = references[0] if references else own_id
-        subject = str(message.get("Subject", "")).strip()
         await self._state.set(
             f"thread:{own_id}", Thread(subject, (*references, own_id)[-20:]).dumps()
         )
@@ -435,14 +445,9 @@ class EmailTransport:
         try:
             await aiosmtplib.send(
                 mail,
-                hostname=self.smtp_host,
-                port=self.smtp_port,
                 username=self.smtp_username or None,
                 password=self.smtp_password or None,
-                use_tls=self.security == "tls",
-                start_tls=self.security == "starttls",
-                tls_context=self._tls_context() if self.security != "plain" else None,
-                timeout=self.timeout,
+                **self._smtp(),
             )
         except (aiosmtplib.SMTPException, OSError) as exc:
             raise MailError(f"email: sending to {message.chat_id} failed: {exc}") from exc
@@ -459,14 +464,7 @@ class EmailTransport:
 
         client = await self._call(self._connect)
         await self._call(_shutdown, client)
-        smtp = aiosmtplib.SMTP(
-            hostname=self.smtp_host,
-            port=self.smtp_port,
-            use_tls=self.security == "tls",
-            start_tls=self.security == "starttls",
-            tls_context=self._tls_context() if self.security != "plain" else None,
-            timeout=self.timeout,
-        )
+        smtp = aiosmtplib.SMTP(**self._smtp())
         try:
             await smtp.connect()
             if self.smtp_username and self.smtp_password:
