@@ -201,8 +201,6 @@ def _sms(section: Any) -> Transport:
     else:
         if not section.api_key or section.api_secret is None:
             raise ConfigError("sms: set api_key and api_secret (or VONAGE_API_SECRET)")
-        if section.base_url and not section.base_url.startswith("https://"):
-            raise ConfigError("sms.base_url: the vonage SDK speaks https only")
         sender = VonageSender(
             section.api_key,
             section.api_secret.get_secret_value(),

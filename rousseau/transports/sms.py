@@ -14,6 +14,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from rousseau.agent import ConfigError
 from rousseau.transports.base import Inbound, InboundHandler, Outbound
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class VonageSender:
         options: dict[str, Any] = {"timeout": 30, "max_retries": 0}
         if base_url:
             if not base_url.startswith("https://"):
-                raise ValueError("sms.base_url: the vonage SDK speaks https only")
+                raise ConfigError("sms.base_url: the vonage SDK speaks https only")
             options["rest_host"] = base_url.removeprefix("https://").rstrip("/")
         self.options = HttpClientOptions(**options)
         self.client = HttpClient(Auth(api_key=api_key, api_secret=api_secret), self.options)
