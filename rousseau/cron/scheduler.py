@@ -132,25 +132,19 @@ class Scheduler:
 
         With `tg`, runs start in the background; without, they run before tick returns."""
         now = self.clock()
-        soonest: float | None = None
+        upcoming: list[float | None] = []
         for job in await self.jobs.all():
-            if not job.enabled:
-                continue
-            schedule = self._schedule(job)
+            schedule = self._schedule(job) if job.enabled else None
             if schedule is None:
                 continue
             next_run = job.next_run_at
-            if next_run is None or next_run > now:
-                if next_run is None:
-                    next_run = schedule.next_after(now)
-                    await self.jobs.advance(job, next_run)
-                if next_run is not None:
-                    soonest = next_run if soonest is None else min(soonest, next_run)
-                continue
-            following = await self._due(job, schedule, next_run, now, tg)
-            if following is not None:
-                soonest = following if soonest is None else min(soonest, following)
-        return soonest
+            if next_run is None:  # never worked out (or the schedule has no more times)
+                next_run = schedule.next_after(now)
+                await self.jobs.advance(job, next_run)
+            elif next_run <= now:
+                next_run = await self._due(job, schedule, next_run, now, tg)
+            upcoming.append(next_run)
+        return min((t for t in upcoming if t is not None), default=None)
 
     async def _due(
         self, job: CronJob, schedule: Schedule, first: float, now: float, tg: TaskGroup | None
