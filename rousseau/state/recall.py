@@ -21,6 +21,7 @@ from rousseau.state.store import Store
 Scope = Literal["sender", "all"]
 MAX_TERMS = 16
 CANDIDATES = 2_000  # the most messages one recall query may have to rank
+PROBED = 2 * MAX_TERMS  # words of one message whose frequency is looked up, at most
 RANKED = 500  # the best-ranked matches that are then filtered by session and scope
 _WORD = re.compile(r"\w+")
 _STOP = frozenset(
@@ -52,14 +53,21 @@ def fts_query(text: str, *, recall: bool = True, max_terms: int = MAX_TERMS) -> 
     (what a person searching types). Each word is quoted: no FTS5 syntax gets through."""
     words = words_of(text, recall=recall)[:max_terms]
     if recall:
-        return " OR ".join(f'"{w}"' for w in words) or None
+        return any_of(words)
     return " AND ".join(f'"{w}"*' for w in words) or None
+
+
+def any_of(words: list[str]) -> str | None:
+    """An FTS5 query matching any of the words, each quoted."""
+    return " OR ".join(f'"{w}"' for w in words) or None
 
 
 def telling_words(db: sqlite3.Connection, words: list[str]) -> list[str]:
     """The rarest of `words` whose matches together stay under CANDIDATES: common words say
     little about a message, and ranking their matches would scan much of the index. Each
-    word's count is taken up to the cap only, so asking costs little even for common ones."""
+    word's count is taken up to the cap only, so asking costs little even for common ones;
+    and only the PROBED longest words are asked about, however long the message."""
+    words = sorted(words, key=len, reverse=True)[:PROBED]
     counts: dict[str, int] = {}
     for word in words:
         (counts[word],) = db.execute(
@@ -98,8 +106,7 @@ def search_op(
 
     def op(db: sqlite3.Connection) -> list[Recalled]:
         if recall:
-            rare = telling_words(db, words_of(query, recall=True))
-            match = " OR ".join(f'"{w}"' for w in rare) or None
+            match = any_of(telling_words(db, words_of(query, recall=True)))
         else:
             match = fts_query(query, recall=False)
         if match is None:

@@ -206,3 +206,21 @@ def test_build_agent_wires_recall_skills_and_compression(tmp_path: Path) -> None
     assert isinstance(agent.options.recall, SQLiteRecall) and agent.options.recall.scope == "all"
     assert isinstance(agent.options.skills, Skills)
     assert agent.options.skills.folder == tmp_path / "skills"
+
+
+async def test_a_long_message_asks_about_a_bounded_number_of_words(store: Store) -> None:
+    from rousseau.state import recall
+
+    await chat(store, "old", None, "the pterodactyl is extinct")
+    asked: list[str] = []
+
+    def trace(statement: str) -> None:
+        if "LIMIT" in statement and "count(*)" in statement:
+            asked.append(statement)
+
+    await store.call(lambda db: db.set_trace_callback(trace))
+    long = " ".join(f"word{i}" for i in range(500)) + " pterodactylidae pterodactyl"
+    hits = await store.call(recall.search_op(long, 5))
+    await store.call(lambda db: db.set_trace_callback(None))
+    assert len(asked) == recall.PROBED
+    assert [h.session_id for h in hits] == ["old"]
