@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +41,16 @@ class Skill:
     triggers: tuple[str, ...]
     body: str
     path: Path
+    _pattern: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # one pattern for all triggers, whole words, made once per (re)read of the file
+        words = "|".join(re.escape(t) for t in self.triggers)
+        pattern = re.compile(rf"(?<!\w)(?:{words})(?!\w)", re.I) if words else None
+        object.__setattr__(self, "_pattern", pattern)
 
     def matches(self, text: str) -> bool:
-        return any(_pattern(t).search(text) for t in self.triggers)
-
-
-_patterns: dict[str, re.Pattern[str]] = {}
-
-
-def _pattern(trigger: str) -> re.Pattern[str]:
-    found = _patterns.get(trigger)
-    if found is None:
-        if len(_patterns) > 4096:
-            _patterns.clear()
-        found = _patterns[trigger] = re.compile(rf"(?<!\w){re.escape(trigger)}(?!\w)", re.I)
-    return found
+        return self._pattern is not None and self._pattern.search(text) is not None
 
 
 class SkillError(ValueError):
