@@ -117,7 +117,6 @@ class MCPConnection:
         self.tools = []
         for tool in listed:
             name = f"{self.name}{SEPARATOR}{tool.name}"
-            self.registry.unregister(name)
             self.registry.register(
                 function_tool(
                     name,
