@@ -332,9 +332,7 @@ class Router:
             thread_id=inbound.thread_id,
             reply_to=inbound.message_id,
         )
-        await self.state.finish(inbound if finish else None, parts)
-        if parts:
-            self.wake(inbound.transport)
+        await self._queue(inbound.transport, parts, done=inbound if finish else None)
 
     async def notify(
         self, transport: str, chat_id: str, text: str, buttons: tuple[str, ...] = ()
@@ -345,10 +343,16 @@ class Router:
         parts = self._parts(transport, chat_id, text)
         if parts and buttons:  # on the last part, under the whole text
             parts[-1] = dataclasses.replace(parts[-1], buttons=buttons)
-        await self.state.finish(None, parts)
+        await self._queue(transport, parts)
+        return len(parts)
+
+    async def _queue(
+        self, transport: str, parts: list[Outbound], done: Inbound | None = None
+    ) -> None:
+        """Into the outbox (with `done` marked answered in the same step); wake its sender."""
+        await self.state.finish(done, parts)
         if parts:
             self.wake(transport)
-        return len(parts)
 
     def _parts(
         self,
