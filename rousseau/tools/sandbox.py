@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -97,8 +98,9 @@ class Sandbox:
             except OSError:
                 time.sleep(0.025)
 
-    def command(self, workspace: Path, script: str, cgroup: Path | None = None) -> list[str]:
-        """The argv that runs `script` with /bin/sh inside the sandbox."""
+    @cached_property
+    def _system(self) -> list[str]:
+        """The part of bwrap's command line that is the same for every command."""
         binary = shutil.which(self.binary) or self.binary
         args = [binary, "--die-with-parent", "--new-session", "--unshare-all"]
         if self.network:
@@ -111,7 +113,11 @@ class Sandbox:
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         if os.path.isdir("/etc/rousseau"):  # the service's environment file holds secrets
             args += ["--tmpfs", "/etc/rousseau"]
-        args += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
+        return args
+
+    def command(self, workspace: Path, script: str, cgroup: Path | None = None) -> list[str]:
+        """The argv that runs `script` with /bin/sh inside the sandbox."""
+        args = [*self._system, "--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
         for secret in self.hidden:
             if secret.exists():
                 args += ["--ro-bind", "/dev/null", str(secret)]
