@@ -389,7 +389,7 @@ def _cron_add(args: argparse.Namespace) -> int:
 
     config = _config(args)
     transport = args.deliver_to.partition(":")[0]
-    with _store(args) as store:
+    with _store(args, config) as store:
         job = CronJobs(store).add_sync(
             args.name,
             args.schedule,
@@ -420,26 +420,27 @@ def _cron_list(args: argparse.Namespace) -> int:
 def _cron_one(args: argparse.Namespace) -> int:
     from rousseau.cron import CronJobs, describe
 
-    with _store(args) as store:
+    config = _config(args)
+    with _store(args, config) as store:
         jobs = CronJobs(store)
         if args.verb == "remove":
             print(f"removed {jobs.remove_sync(args.job).name}")
         elif args.verb in ("enable", "disable"):
             print(describe(jobs.set_enabled_sync(args.job, args.verb == "enable")))
         else:
-            return _cron_run(args, store, jobs.get_sync(args.job))
+            return _cron_run(config, store, jobs.get_sync(args.job))
     return 0
 
 
-def _cron_run(args: argparse.Namespace, store: Any, job: Any) -> int:
+def _cron_run(config: Config, store: Any, job: Any) -> int:
     """Run the turn here; a running daemon (or the next one) delivers the reply."""
     import anyio
 
     from rousseau.cron import CronJobs, CronRunner, Scheduler
+    from rousseau.daemon import policies
     from rousseau.providers import build_provider, detect_provider
-    from rousseau.router import ChatPolicy, RateLimiter, Router
+    from rousseau.router import RateLimiter, Router
 
-    config = _config(args)
     name, _why = detect_provider(config)
     provider = build_provider(config, name, store=store)
 
@@ -453,9 +454,7 @@ def _cron_run(args: argparse.Namespace, store: Any, job: Any) -> int:
                 agent=agent,
                 store=store,
                 transports=transports,
-                policies={
-                    n: ChatPolicy(reply_header=getattr(config, n).reply_header) for n in transports
-                },
+                policies=policies(config),  # their reply headers
                 rate_limiter=RateLimiter((1, 1.0), {}, 1),
             )
             runner = CronRunner(
@@ -494,10 +493,11 @@ def _target_transport(config: Config, name: str) -> dict[str, Any]:
 # -- sessions --------------------------------------------------------------------------------
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _store(args: argparse.Namespace, config: Config | None = None) -> Any:
+    """The store of `config` (loaded from the arguments if not given)."""
     from rousseau.state import Store
 
-    return Store(_config(args).state.path)
+    return Store((config or _config(args)).state.path)
 
 
 def _when(ts: float) -> str:
