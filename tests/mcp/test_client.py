@@ -83,9 +83,8 @@ async def test_a_dead_server_is_reconnected() -> None:
 
 async def test_the_daemon_connects_configured_servers(tmp_path: Path) -> None:
     from rousseau.config import load_config
-    from rousseau.daemon import Daemon
-    from rousseau.router import ChatPolicy
     from rousseau.transports.base import MemoryTransport
+    from tests.helpers import serving
 
     config_file = tmp_path / "config.yaml"
     config_file.write_text(
@@ -98,21 +97,11 @@ async def test_the_daemon_connects_configured_servers(tmp_path: Path) -> None:
         {"HOME": str(tmp_path), "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db")},
     )
     memory = MemoryTransport()
-    daemon = Daemon(
-        config,
-        transports={"memory": memory},
-        chat_policies={"memory": ChatPolicy(policy="open")},
-        provider=calling("tiny__shout", text="from the daemon"),
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(daemon.run)
-        with anyio.fail_after(30):
-            while not memory.connected:
-                await anyio.sleep(0.02)
+    provider = calling("tiny__shout", text="from the daemon")
+    async with serving(memory, config, provider, ["user"]):
         await memory.inject("shout please")
         with anyio.fail_after(30):
             [sent] = await memory.wait_sent(1)
-        daemon.stop()
     assert sent.text == "FROM THE DAEMON!"
 
 

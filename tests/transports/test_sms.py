@@ -15,8 +15,7 @@ from twilio.request_validator import RequestValidator
 from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
-from rousseau.daemon import Daemon, build_transports
-from rousseau.router import ChatPolicy
+from rousseau.daemon import build_transports
 from rousseau.transports.base import Outbound
 from rousseau.transports.sms import Sender, SMSError, SMSTransport, TwilioSender, VonageSender
 from tests.fakes.sms import (
@@ -27,7 +26,7 @@ from tests.fakes.sms import (
     FakeTwilio,
     FakeVonage,
 )
-from tests.helpers import self_signed
+from tests.helpers import self_signed, serving
 
 pytestmark = pytest.mark.anyio
 OWNER = "+15551230001"
@@ -177,17 +176,7 @@ async def test_webhook_takes_signed_messages_and_answers_by_api(
         )
 
     provider = FunctionProvider(answer)
-    daemon = Daemon(
-        config,
-        transports={"sms": transport},
-        chat_policies={"sms": ChatPolicy(allowlist=frozenset({OWNER}))},
-        provider=provider,
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(daemon.run)
-        with anyio.fail_after(10):
-            while not transport.connected:
-                await anyio.sleep(0.02)
+    async with serving(transport, config, provider, [OWNER]):
         url = f"http://127.0.0.1:{transport.port}/sms/twilio"
         transport.public_url = url  # what twilio would be told to call
         form = {"MessageSid": "SM1", "From": OWNER, "To": "+15550000000", "Body": "ping"}
@@ -207,7 +196,6 @@ async def test_webhook_takes_signed_messages_and_answers_by_api(
             while len(twilio.sent) < 4:
                 await anyio.sleep(0.02)
         await anyio.sleep(0.3)
-        daemon.stop()
     first, *parts = [(s["To"], s["Body"]) for s in twilio.sent]
     assert first == (OWNER, "echo: ping") and len(provider.requests) == 2
     # the 1,600-character limit: split on words, nothing lost
