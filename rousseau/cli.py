@@ -480,7 +480,7 @@ def _cron_run(config: Config, store: Any, job: Any) -> int:
 def _target_transport(config: Config, name: str) -> dict[str, Any]:
     """The target's transport, for its length limit when splitting (none if unavailable)."""
     from rousseau.agent import RousseauError
-    from rousseau.daemon import build_transports
+    from rousseau.transports import build_transports
 
     if getattr(config, name, None) is None:
         return {}
@@ -651,7 +651,7 @@ def _doctor_transports(config: Config, report: Callable[[bool, str, str], None])
     import anyio
 
     from rousseau.agent import RousseauError
-    from rousseau.daemon import TRANSPORTS, build_transports
+    from rousseau.transports import TRANSPORTS, build_transports
 
     if not any(getattr(config, name) is not None for name in TRANSPORTS):
         return

@@ -29,6 +29,8 @@ from rousseau.agent.errors import (
     RousseauError,
     StoreError,
     ToolNotFoundError,
+    TransportAuthError,
+    TransportError,
 )
 from rousseau.agent.loop import Agent, Options
 from rousseau.agent.protocols import (
@@ -110,6 +112,8 @@ __all__ = [
     "ToolOutput",
     "ToolResult",
     "ToolUse",
+    "TransportAuthError",
+    "TransportError",
     "Usage",
     "default_rules",
 ]

@@ -11,6 +11,9 @@
     │   ├── ProviderUnavailableError 5xx, timeouts, connection failures
     │   └── ProviderRequestError     400/404/413: the request itself was refused
     ├── StoreError                 the SQLite store could not do what was asked
+    ├── TransportError             a messaging platform failed (retried with backoff)
+    │   └── TransportAuthError       the platform rejected the credentials: permanent, the
+    │                                transport stops (health red) until the key is fixed
     ├── MissingExtraError          an optional SDK is not installed; names the pip extra
     └── ConfigError                names the key path (agent.max_iterations: ...)
 
@@ -87,6 +90,21 @@ class ProviderRequestError(ProviderError):
 
 class StoreError(RousseauError):
     """The session store failed or was asked for something that is not there."""
+
+
+class TransportError(RousseauError, ConnectionError):
+    """A platform could not be reached or refused a call; transient, so it is retried.
+
+    Also a ConnectionError, so code that catches connection failures keeps working.
+    """
+
+
+class TransportAuthError(TransportError):
+    """The platform rejected the credentials (or the linked session was logged out).
+
+    Permanent: retrying cannot help, so the supervisor stops the transport and says which
+    key to fix, while the other transports go on.
+    """
 
 
 class MissingExtraError(RousseauError, ImportError):

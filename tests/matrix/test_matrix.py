@@ -15,7 +15,8 @@ import pytest
 from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
-from rousseau.daemon import Daemon, build_transports
+from rousseau.daemon import Daemon
+from rousseau.transports import build_transports
 from tests.matrix.synapse import Synapse
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,216 @@
+"""The transports: one module per platform, each imported only when its section is configured.
+
+`build_transports` turns config sections into adapters (as `build_provider` does for models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rousseau.agent import ConfigError
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+    from rousseau.transports.base import Transport
+
+__all__ = ["TRANSPORTS", "build_transports"]
+
+TRANSPORTS = (
+    "telegram",
+    "slack",
+    "discord",
+    "whatsapp",
+    "matrix",
+    "signal",
+    "imessage",
+    "email",
+    "sms",
+)
+
+
+def _telegram(section: Any) -> Transport:
+    if section is None or section.token is None:
+        raise ConfigError("telegram.token: not set; set it or TELEGRAM_BOT_TOKEN")
+    from rousseau.transports.telegram import TelegramTransport
+
+    return TelegramTransport(section.token.get_secret_value(), base_url=section.base_url)
+
+
+def _slack(section: Any) -> Transport:
+    if section is None or section.app_token is None or section.bot_token is None:
+        raise ConfigError(
+            "slack: set app_token and bot_token (or SLACK_APP_TOKEN and SLACK_BOT_TOKEN)"
+        )
+    from rousseau.transports.slack import SlackTransport
+
+    return SlackTransport(
+        section.app_token.get_secret_value(),
+        section.bot_token.get_secret_value(),
+        bot_user_id=section.bot_user_id,
+        base_url=section.base_url,
+    )
+
+
+def _discord(section: Any) -> Transport:
+    if section is None or section.token is None:
+        raise ConfigError("discord.token: not set; set it or DISCORD_TOKEN")
+    from rousseau.transports.discord import DiscordTransport
+
+    return DiscordTransport(
+        section.token.get_secret_value(), api_base=section.api_base, gateway_url=section.gateway_url
+    )
+
+
+def _signal(section: Any) -> Transport:
+    if section is None or not section.account:
+        raise ConfigError("signal.account: not set (the bot's number, e.g. +15551234567)")
+    from rousseau.transports.signal import SignalTransport
+
+    return SignalTransport(section.account, binary=section.binary, extra_args=section.extra_args)
+
+
+def _matrix(section: Any) -> Transport:
+    if section is None or not section.homeserver_url or not section.user_id:
+        raise ConfigError("matrix: set homeserver_url and user_id")
+    if section.access_token is None and section.password is None:
+        raise ConfigError("matrix: set access_token or password (or MATRIX_ACCESS_TOKEN)")
+    from rousseau.transports.matrix import MatrixTransport
+
+    allowed = frozenset(section.allowlist)
+    is_open = section.policy == "open"
+
+    def may_invite(sender: str) -> bool:
+        return is_open or sender in allowed
+
+    return MatrixTransport(
+        section.homeserver_url,
+        section.user_id,
+        access_token=_secret(section.access_token),
+        password=_secret(section.password),
+        device_id=section.device_id,
+        msgtype=section.msgtype,
+        may_invite=may_invite,
+    )
+
+
+def _whatsapp(section: Any) -> Transport:
+    from pathlib import Path
+
+    from rousseau.config import WhatsAppConfig
+    from rousseau.transports.whatsapp import NeonizeClient, WhatsAppTransport
+
+    store = Path((section or WhatsAppConfig()).store).expanduser()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    return WhatsAppTransport(NeonizeClient(str(store)))
+
+
+def _email(section: Any) -> Transport:
+    if section is None or not section.imap_addr or not section.smtp_addr:
+        raise ConfigError("email: set imap_addr and smtp_addr")
+    if not section.imap_username or section.imap_password is None:
+        raise ConfigError("email: set imap_username and imap_password (or EMAIL_IMAP_PASSWORD)")
+    address = section.from_ or section.imap_username
+    if "@" not in address:
+        raise ConfigError("email.from: not set; the bot's address, e.g. bot@example.org")
+    from rousseau.transports.mail import EmailTransport
+
+    return EmailTransport(
+        imap_addr=section.imap_addr,
+        username=section.imap_username,
+        password=section.imap_password.get_secret_value(),
+        smtp_addr=section.smtp_addr,
+        from_addr=address,
+        smtp_username=section.smtp_username,
+        smtp_password=_secret(section.smtp_password),
+        mailbox=section.mailbox,
+        poll_interval=section.poll_interval,
+        security=section.tls,
+        idle=section.idle,
+        ca_file=section.ca_file,
+    )
+
+
+def _imessage(section: Any) -> Transport:
+    if section is None or not section.base_url or section.password is None:
+        raise ConfigError("imessage: set base_url and password (or BLUEBUBBLES_PASSWORD)")
+    from rousseau.transports.imessage import IMessageTransport
+
+    return IMessageTransport(
+        section.base_url,
+        section.password.get_secret_value(),
+        poll_interval=section.poll_interval,
+        private_api=section.private_api,
+        mention_names=section.mention_names,
+    )
+
+
+def _sms(section: Any) -> Transport:
+    from rousseau.transports.sms import Sender, SMSTransport, TwilioSender, VonageSender
+
+    if section is None or not section.from_:
+        raise ConfigError("sms.from: not set (the sending number, e.g. +15551234567)")
+    sender: Sender
+    if section.provider == "twilio":
+        if not section.account_sid or section.auth_token is None:
+            raise ConfigError("sms: set account_sid and auth_token (or TWILIO_AUTH_TOKEN)")
+        sender = TwilioSender(
+            section.account_sid,
+            section.auth_token.get_secret_value(),
+            section.from_,
+            base_url=section.base_url,
+            status_timeout=section.status_timeout,
+        )
+    else:
+        if not section.api_key or section.api_secret is None:
+            raise ConfigError("sms: set api_key and api_secret (or VONAGE_API_SECRET)")
+        sender = VonageSender(
+            section.api_key,
+            section.api_secret.get_secret_value(),
+            section.from_,
+            base_url=section.base_url,
+        )
+    hook = section.webhook
+    if hook is not None and section.provider != "twilio":
+        raise ConfigError("sms.webhook: inbound SMS is supported with twilio only")
+    return SMSTransport(
+        sender,
+        webhook_listen=hook.listen if hook else None,
+        webhook_path=hook.path if hook else "/sms/twilio",
+        public_url=hook.public_url if hook else None,
+        auth_token=_secret(section.auth_token),
+    )
+
+
+_BUILDERS: dict[str, Callable[[Any], Transport]] = {
+    "telegram": _telegram,
+    "slack": _slack,
+    "discord": _discord,
+    "signal": _signal,
+    "matrix": _matrix,
+    "whatsapp": _whatsapp,
+    "imessage": _imessage,
+    "email": _email,
+    "sms": _sms,
+}
+
+
+def build_transports(config: Config, only: str | None = None) -> dict[str, Transport]:
+    """The configured transports (a section with its credentials), each imported on demand."""
+    names = [only] if only else [n for n in TRANSPORTS if getattr(config, n) is not None]
+    built: dict[str, Transport] = {}
+    for name in names:
+        builder = _BUILDERS.get(name)
+        if builder is None:
+            raise ConfigError(f"{name}: this transport is not available in this version yet")
+        built[name] = builder(getattr(config, name, None))
+    if not built:
+        raise ConfigError(
+            f"no transport configured: add a section for one of {', '.join(_BUILDERS)} with its "
+            "credentials (or set TELEGRAM_BOT_TOKEN, ...); see config/config.yaml"
+        )
+    return built
+
+
+def _secret(value: Any) -> str | None:
+    return value.get_secret_value() if value is not None else None
