@@ -165,7 +165,7 @@ class Agent:
             # Queued writes reach the disk before the turn is reported done (or failed).
             if self.options.history is not None:
                 with anyio.CancelScope(shield=True):
-                    await self.options.history.flush()
+                    await self.options.history.flush(session.id)
 
     async def _complete(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         provider = self.provider

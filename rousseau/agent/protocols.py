@@ -122,7 +122,10 @@ class MessageLog(Protocol):
         """Persist a message; `usage` is what the model call that produced it cost."""
         ...
 
-    async def flush(self) -> None: ...
+    async def flush(self, session_id: str | None = None) -> None:
+        """Wait for queued writes; raise if one of the session's writes could not be made,
+        so a turn whose history is not on disk never counts as finished."""
+        ...
 
     async def compact(self, session_id: str, compaction: Compaction) -> None:
         """Record that a compressor folded the oldest messages into a summary."""

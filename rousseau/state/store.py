@@ -22,7 +22,7 @@ import structlog
 from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.state.migrations import migrate
-from rousseau.state.worker import DBWorker
+from rousseau.state.worker import DBWorker, WorkerTimeout
 
 T = TypeVar("T")
 log = structlog.get_logger("rousseau.state")
@@ -71,9 +71,29 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the session store at {self.path}: {exc}") from exc
         self._worker.on_error = self._write_failed
+        self.full = False
+        """The last write failed for want of space; cleared by the next write that lands."""
 
     def _write_failed(self, exc: BaseException) -> None:
-        log.error("store.write_failed", path=self.path, error=str(exc))
+        if _is_full(exc):
+            self._set_full(exc)
+        else:
+            log.error("store.write_failed", path=self.path, error=str(exc))
+
+    def _set_full(self, exc: BaseException) -> None:
+        if not self.full:
+            self.full = True
+            log.error(
+                "store.full",
+                path=self.path,
+                error=str(exc),
+                hint="free disk space; new messages wait (unacknowledged) until writes succeed",
+            )
+
+    def _wrote(self) -> None:
+        if self.full:
+            self.full = False
+            log.info("store.recovered", path=self.path)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=15.0)
@@ -101,24 +121,41 @@ class Store:
         if self._worker.stopped:
             raise StoreError("the session store is closed")
         try:
-            return self._worker.call_sync(fn, write=write)
-        except sqlite3.Error as exc:
-            raise StoreError(f"session store: {exc}") from exc
+            result = self._worker.call_sync(fn, write=write)
+        except (sqlite3.Error, WorkerTimeout) as exc:
+            raise self._failed(exc) from exc
+        if write:
+            self._wrote()
+        return result
 
     async def call(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
         """Await `fn(conn)` on the store's thread (write: inside a transaction)."""
         if self._worker.stopped:
             raise StoreError("the session store is closed")
         try:
-            return await self._worker.call(fn, write=write)
-        except sqlite3.Error as exc:
-            raise StoreError(f"session store: {exc}") from exc
+            result = await self._worker.call(fn, write=write)
+        except (sqlite3.Error, WorkerTimeout) as exc:
+            raise self._failed(exc) from exc
+        if write:
+            self._wrote()
+        return result
 
-    async def submit(self, fn: Callable[[sqlite3.Connection], object]) -> None:
-        """Queue a write without waiting for its commit; later operations run after it."""
+    def _failed(self, exc: BaseException) -> StoreError:
+        if _is_full(exc):
+            self._set_full(exc)
+            return StoreFullError(f"session store: {exc}")
+        return StoreError(f"session store: {exc}")
+
+    async def submit(
+        self, fn: Callable[[sqlite3.Connection], object], *, key: str | None = None
+    ) -> None:
+        """Queue a write without waiting for its commit; later operations run after it.
+
+        If it fails, `flush(key)` raises (so a turn whose history was not saved fails).
+        """
         if self._worker.stopped:
             raise StoreError("the session store is closed")
-        await self._worker.submit(fn)
+        await self._worker.submit(fn, key=key)
 
     # -- operations (run on the worker thread) --------------------------------------------
 
@@ -326,7 +363,10 @@ class Store:
             if self.path != ":memory:":
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-        self._worker.stop(final=checkpoint)
+        try:
+            self._worker.stop(final=checkpoint)
+        except (sqlite3.Error, WorkerTimeout) as exc:
+            log.error("store.checkpoint_failed", path=self.path, error=str(exc))
 
     def __enter__(self) -> Store:
         return self
@@ -356,7 +396,7 @@ class Store:
         """
         if self._worker.stopped:
             raise StoreError("the session store is closed")
-        await self._worker.submit(self._append(session_id, message, usage))
+        await self._worker.submit(self._append(session_id, message, usage), key=session_id)
 
     async def get_external_session(self, session_id: str, provider: str) -> str | None:
         """A provider's own id for this session (claudecli's CLI session), if it has one."""
@@ -450,9 +490,14 @@ class Store:
 
         await self.call(op, write=True)
 
-    async def flush(self) -> None:
-        """Wait until every queued write is committed."""
+    async def flush(self, session_id: str | None = None) -> None:
+        """Wait until every queued write is committed; raise StoreError if one of the
+        session's queued writes (any session's, without an id) could not be made."""
         await self.call(lambda db: None)
+        try:
+            self._worker.raise_lost(session_id)
+        except Exception as exc:
+            raise self._failed(exc) from exc
 
     async def compact(self, session_id: str, compaction: Compaction) -> None:
         await self.call(self._compact(session_id, compaction), write=True)
@@ -468,6 +513,14 @@ class Store:
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)
+
+
+class StoreFullError(StoreError):
+    """The disk (or the database's page limit) is full; writes fail until space returns."""
+
+
+def _is_full(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL"
 
 
 def _wal(conn: sqlite3.Connection) -> None:

@@ -11,18 +11,26 @@ import asyncio
 import queue
 import sqlite3
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import anyio
+import structlog
 
 T = TypeVar("T")
+log = structlog.get_logger("rousseau.state")
 Op = Callable[[sqlite3.Connection], Any]
 
 _MAX_BATCH = 256
 MAX_PENDING = 1024
 """Queued-and-forgotten writes allowed at once before `submit` makes its caller wait."""
+MAX_LOST = 1024
+"""Failed queued writes remembered (by key) until someone asks; the oldest are forgotten."""
+DEFAULT_TIMEOUT = 60.0
+"""No wait on the thread lasts longer (SQLite's own busy timeout is 15 s)."""
 
 
 class _Job:
@@ -36,11 +44,22 @@ class _Job:
         self.error: BaseException | None = None
 
 
+class WorkerTimeout(TimeoutError):
+    """The database thread did not answer in time (it may be stuck on a lock or the disk)."""
+
+
 class DBWorker:
-    """Runs operations on one connection in one thread, in the order they were submitted."""
+    """Runs operations on one connection in one thread, in the order they were submitted.
+
+    The thread survives any error of any operation: each one's failure goes to its caller.
+    """
 
     def __init__(
-        self, connect: Callable[[], sqlite3.Connection], name: str = "rousseau-db"
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        name: str = "rousseau-db",
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         ready: Future[sqlite3.Connection] = Future()
@@ -49,9 +68,12 @@ class DBWorker:
         )
         self._thread.start()
         self.conn = ready.result()  # re-raises a failure to open
+        self.timeout = timeout
+        """How long any wait on the thread may last before it is abandoned with an error."""
         self._stopped = False
         self._pending = 0
         self._pending_lock = threading.Lock()
+        self._lost: OrderedDict[str, BaseException] = OrderedDict()
         self.on_error: Callable[[BaseException], None] = lambda exc: None
 
     # -- submitting ------------------------------------------------------------------------
@@ -71,17 +93,26 @@ class DBWorker:
                 pass
 
         self._submit(_Job(fn, write, done))
-        return await future  # type: ignore[no-any-return]
+        try:
+            with anyio.fail_after(self.timeout):
+                return await future  # type: ignore[no-any-return]
+        except TimeoutError:
+            raise WorkerTimeout(f"no answer from the database within {self.timeout:g} s") from None
 
-    async def submit(self, fn: Op) -> None:
+    async def submit(self, fn: Op, *, key: str | None = None) -> None:
         """Queue a write without waiting for it; later work on this worker runs after it.
 
-        A failure is reported to `on_error`. Past MAX_PENDING queued writes, wait for them.
+        A failure is reported to `on_error` and, with a `key`, remembered until
+        `raise_lost(key)` reports it. Past MAX_PENDING queued writes, wait for them.
         """
 
         def done(job: _Job) -> None:
             with self._pending_lock:
                 self._pending -= 1
+                if job.error is not None and key is not None:
+                    self._lost[key] = job.error
+                    while len(self._lost) > MAX_LOST:
+                        self._lost.popitem(last=False)
             if job.error is not None:
                 self.on_error(job.error)
 
@@ -92,29 +123,56 @@ class DBWorker:
         if crowded:
             await self.call(_nothing)
 
+    def raise_lost(self, key: str | None) -> None:
+        """Raise the error of a queued write under `key` that failed (None: under any key)."""
+        with self._pending_lock:
+            if key is None:
+                error = self._lost.popitem(last=False)[1] if self._lost else None
+                self._lost.clear()
+            else:
+                error = self._lost.pop(key, None)
+        if error is not None:
+            raise error
+
     async def flush(self) -> None:
         """Wait until everything queued so far has run."""
         await self.call(_nothing)
 
-    def call_sync(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
+    def call_sync(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        write: bool = False,
+        timeout: float | None = None,
+    ) -> T:
         """Run `fn(conn)` on the worker and block until it is done (for threads and the CLI)."""
         finished = threading.Event()
         job = _Job(fn, write, lambda _: finished.set())
         self._submit(job)
-        finished.wait()
+        limit = self.timeout if timeout is None else timeout
+        if not finished.wait(limit):
+            raise WorkerTimeout(f"no answer from the database within {limit:g} s")
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[no-any-return]
 
-    def stop(self, final: Op | None = None) -> None:
-        """Run `final` (if any) after everything queued, then close the connection."""
+    def stop(self, final: Op | None = None, *, timeout: float | None = None) -> None:
+        """Run `final` (if any) after everything queued, then close the connection.
+
+        Waits at most `timeout` (default: the worker's); a thread still busy then is left to
+        finish on its own (it is a daemon thread), so stopping never hangs.
+        """
         if self._stopped:
             return
-        if final is not None:
-            self.call_sync(final)
-        self._stopped = True
-        self._jobs.put(None)
-        self._thread.join()
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        try:
+            if final is not None:
+                self.call_sync(final, timeout=limit)
+        finally:
+            self._stopped = True
+            self._jobs.put(None)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def stopped(self) -> bool:
@@ -138,70 +196,124 @@ class DBWorker:
         ready.set_result(conn)
         try:
             while True:
-                job = self._jobs.get()
-                if job is None:
-                    return
-                if not job.write:
-                    _run(conn, job)
-                    job.done(job)
-                    continue
-                batch = [job]
-                stop = False
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        nxt = self._jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        stop = True
-                        break
-                    if not nxt.write:
-                        self._commit(conn, batch)
-                        _run(conn, nxt)
-                        nxt.done(nxt)
-                        batch = []
-                        continue
-                    batch.append(nxt)
-                self._commit(conn, batch)
-                if stop:
-                    return
+                try:
+                    if not self._serve_batch(conn):
+                        return
+                except Exception:  # pragma: no cover - every job's failure is caught below
+                    log.exception("store.worker_error")
+                    _rollback(conn)
         finally:
             conn.close()
 
+    def _serve_batch(self, conn: sqlite3.Connection) -> bool:
+        """Take the next job and the writes queued behind it; False once told to stop."""
+        job = self._jobs.get()
+        if job is None:
+            return False
+        if not job.write:
+            _run(conn, job)
+            _done(job)
+            return True
+        batch = [job]
+        go_on = True
+        while len(batch) < _MAX_BATCH:
+            try:
+                nxt = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                go_on = False
+                break
+            if not nxt.write:
+                self._commit(conn, batch)
+                _run(conn, nxt)
+                _done(nxt)
+                batch = []
+                continue
+            batch.append(nxt)
+        self._commit(conn, batch)
+        return go_on
+
     @staticmethod
     def _commit(conn: sqlite3.Connection, batch: list[_Job]) -> None:
-        """Run writes in one transaction, each in a savepoint so one failure spares the rest."""
+        """Run writes in one transaction, each in a savepoint so one failure spares the rest.
+
+        Any statement may fail (a full disk, an I/O error): SQLite may then have rolled the
+        whole transaction back on its own, taking every savepoint with it. Whatever happens,
+        each job is settled (with the error if its write is not on disk) and the thread goes on.
+        """
         if not batch:
             return
         alone = len(batch) == 1
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            for job in batch:
-                job.error = exc
-                job.done(job)
+            _settle_all(batch, exc)
             return
-        for job in batch:
-            if alone:
-                _run(conn, job)
-                break
-            conn.execute("SAVEPOINT job")
-            _run(conn, job)
-            if job.error is not None:
-                conn.execute("ROLLBACK TO job")
-            conn.execute("RELEASE job")
-        try:
-            conn.execute("ROLLBACK" if alone and batch[0].error else "COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
+        lost = _run_batch(conn, batch)
+        if lost is None and not conn.in_transaction:  # SQLite rolled back by itself
+            lost = next((j.error for j in batch if j.error is not None), None) or sqlite3.Error(
+                "the transaction was rolled back"
+            )
+        if lost is None:
+            try:
+                conn.execute("ROLLBACK" if alone and batch[0].error else "COMMIT")
+            except sqlite3.Error as exc:
+                lost = exc
+        if lost is not None:
+            _rollback(conn)
             for job in batch:
-                job.error = job.error or exc
+                job.error = job.error or lost
+                job.result = None
         for job in batch:
-            job.done(job)
+            _done(job)
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
     return None
+
+
+def _run_batch(conn: sqlite3.Connection, batch: list[_Job]) -> BaseException | None:
+    """Run each job (in a savepoint when there are several); the error that lost the whole
+    transaction, if one did."""
+    if len(batch) == 1:
+        _run(conn, batch[0])
+        return None
+    for job in batch:
+        try:
+            conn.execute("SAVEPOINT job")
+        except sqlite3.Error as exc:
+            return exc
+        _run(conn, job)
+        try:
+            if job.error is not None:
+                conn.execute("ROLLBACK TO job")
+            conn.execute("RELEASE job")
+        except sqlite3.Error as exc:
+            return job.error or exc
+    return None
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # nothing more can be undone; the next BEGIN starts clean
+
+
+def _settle_all(jobs: list[_Job], error: BaseException) -> None:
+    for job in jobs:
+        job.error = error
+        _done(job)
+
+
+def _done(job: _Job) -> None:
+    """Tell the caller; a failing callback must never take the thread down."""
+    try:
+        job.done(job)
+    except Exception:  # pragma: no cover - the callbacks only hand results over
+        log.exception("store.callback_failed")
 
 
 def _run(conn: sqlite3.Connection, job: _Job) -> None:

@@ -174,12 +174,14 @@ async def test_queued_writes_are_ordered_and_failures_logged() -> None:
     loaded = await store.load("s")
     assert loaded is not None
     assert [m.text for m in loaded.messages] == [str(i) for i in range(3000)]
-    # A write that fails on the worker is reported, and later writes still land.
+    # A write that fails on the worker is reported (logged, and by the flush of its
+    # session), and later writes still land.
     from structlog.testing import capture_logs
 
     with capture_logs() as logs:
-        await store._worker.submit(lambda db: db.execute("INSERT INTO nope VALUES (1)"))
-        await store.flush()
+        await store.submit(lambda db: db.execute("INSERT INTO nope VALUES (1)"), key="s")
+        with pytest.raises(StoreError, match="no such table"):
+            await store.flush("s")
     await store.append_message("s", Message.user("after"))
     loaded = await store.load("s")
     assert loaded is not None and loaded.messages[-1].text == "after"

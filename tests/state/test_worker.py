@@ -1,0 +1,139 @@
+"""The database thread survives every SQLite failure and never leaves a caller waiting."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rousseau.agent import Message, StoreError
+from rousseau.state import Store
+from rousseau.state.store import StoreFullError
+from rousseau.state.worker import DBWorker, WorkerTimeout
+
+pytestmark = pytest.mark.anyio
+
+
+def _filling(db: sqlite3.Connection) -> None:
+    db.execute("INSERT INTO blobs VALUES (randomblob(20000))")
+
+
+def _worker(path: Path) -> DBWorker:
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS blobs (b BLOB)")
+        return conn
+
+    return DBWorker(connect)
+
+
+async def test_a_full_database_fails_the_writes_and_the_thread_goes_on(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+    pages = await worker.call(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
+    await worker.call(lambda db: db.execute(f"PRAGMA max_page_count = {pages + 20}"))
+    # Queued together, these share one transaction of savepoints until the file is full.
+    lost: list[BaseException] = []
+    worker.on_error = lost.append
+    for _ in range(40):
+        await worker.submit(_filling, key="s")
+    with pytest.raises(sqlite3.Error, match="full"):
+        await worker.call(_filling, write=True)
+    await worker.flush()
+    assert lost, "the failed queued writes were reported"
+    with pytest.raises(sqlite3.Error, match="full"):
+        worker.raise_lost("s")
+    worker.raise_lost("s")  # reported once
+    # Space comes back: the same thread takes writes again.
+    await worker.call(lambda db: db.execute("PRAGMA max_page_count = 1000000"))
+    await worker.call(_filling, write=True)
+    count = await worker.call(lambda db: db.execute("SELECT count(*) FROM blobs").fetchone()[0])
+    assert count >= 1
+    worker.stop()
+
+
+async def test_a_lost_savepoint_settles_every_job_of_the_batch(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+
+    def ends_the_transaction(db: sqlite3.Connection) -> None:
+        db.execute("ROLLBACK")  # as SQLite does by itself on some errors
+
+    results = []
+    async with anyio.create_task_group() as tg:
+
+        async def write(fn: object) -> None:
+            try:
+                await worker.call(fn, write=True)  # type: ignore[arg-type]
+                results.append("ok")
+            except Exception as exc:
+                results.append(type(exc).__name__)
+
+        # Hold the thread so the three writes queue up into one batch.
+        gate = threading.Event()
+        tg.start_soon(worker.call, lambda db: gate.wait(5))
+        await anyio.sleep(0.05)
+        for fn in (_filling, ends_the_transaction, _filling):
+            tg.start_soon(write, fn)
+        await anyio.sleep(0.05)
+        gate.set()
+    assert len(results) == 3 and "ok" not in results  # nothing of the lost batch counts
+    await worker.call(_filling, write=True)  # and the thread still serves
+    worker.stop()
+
+
+async def test_a_stuck_operation_times_out_and_stopping_never_hangs(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+    worker.timeout = 0.3
+    release = threading.Event()
+    with pytest.raises(WorkerTimeout):
+        await worker.call(lambda db: release.wait(10))
+    with pytest.raises(WorkerTimeout):
+        worker.call_sync(lambda db: None)  # queued behind the stuck one
+    started = time.monotonic()
+    with pytest.raises(WorkerTimeout):
+        worker.stop(final=lambda db: None, timeout=0.3)
+    assert worker.stopped and time.monotonic() - started < 5
+    release.set()
+
+
+async def test_a_failed_history_write_fails_the_flush_of_its_session(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    await store.append_message("s", Message.user("kept"))
+    await store.flush("s")
+    await store.submit(lambda db: db.execute("INSERT INTO nope VALUES (1)"), key="s")
+    await store.flush("other")  # another session's flush is not this one's failure
+    with pytest.raises(StoreError, match="no such table"):
+        await store.flush("s")
+    await store.flush("s")  # reported once
+    store.close()
+
+
+async def test_a_full_store_says_so_once_and_recovers(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    store = Store(tmp_path / "s.db")
+    pages = store.call_sync(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
+    store.call_sync(lambda db: db.execute(f"PRAGMA max_page_count = {pages + 2}"))
+    big = "x" * 50_000
+    with capture_logs() as logs:
+        for _ in range(3):
+            with pytest.raises(StoreFullError):
+                await store.call(
+                    lambda db: db.execute(
+                        "INSERT INTO sessions (id, title, created_at, updated_at)"
+                        " VALUES (hex(randomblob(8)), ?, 0, 0)",
+                        (big,),
+                    ),
+                    write=True,
+                )
+        assert store.full
+        store.call_sync(lambda db: db.execute("PRAGMA max_page_count = 1000000"))
+        await store.create_session("after")
+    assert not store.full
+    events = [e["event"] for e in logs]
+    assert events.count("store.full") == 1 and events[-1] == "store.recovered"
+    store.close()
