@@ -12,7 +12,8 @@ import json
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +49,11 @@ class _Pending:
     decision: Decision | None = None
 
 
+@asynccontextmanager
+async def _nowhere() -> AsyncIterator[None]:
+    yield
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
@@ -62,6 +68,8 @@ class ChatApprovals:
         """`transport:sender` ids; none configured: whoever asked for the turn decides."""
         self.timeout = timeout
         self.notify = notify
+        self.waiting: Callable[[], AbstractAsyncContextManager[None]] = _nowhere
+        """Held while a turn waits for an answer (the router frees the turn's slot)."""
         self.pending: dict[str, _Pending] = {}
         self._issued: OrderedDict[str, None] = OrderedDict()
 
@@ -101,8 +109,9 @@ class ChatApprovals:
         try:
             for transport, chat in sorted(targets):
                 await self.notify(transport, chat, text, (f"yes {code}", f"no {code}"))
-            with anyio.move_on_after(self.timeout):
-                await pending.done.wait()
+            async with self.waiting():
+                with anyio.move_on_after(self.timeout):
+                    await pending.done.wait()
         finally:
             self.pending.pop(code, None)
         if pending.decision is None:

@@ -437,7 +437,7 @@ def _cron_run(config: Config, store: Any, job: Any) -> int:
     import anyio
 
     from rousseau.cron import CronJobs, CronRunner, Scheduler
-    from rousseau.daemon import policies
+    from rousseau.policy import chat_policies as policies
     from rousseau.providers import build_provider, detect_provider
     from rousseau.router import RateLimiter, Router
 

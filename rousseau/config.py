@@ -35,11 +35,11 @@ DEFAULT_SYSTEM_PROMPT = (
     "briefly. Use your tools when they help; say what you did."
 )
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
 
 
 def parse_duration(value: Any) -> float:
-    """`90s`, `5m`, `1h30m`, `250ms` or plain seconds, as seconds."""
+    """`90s`, `5m`, `1h30m`, `250ms`, `30d` or plain seconds, as seconds."""
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 90s, 5m or 1h30m")
     if isinstance(value, int | float):
@@ -54,7 +54,7 @@ def parse_duration(value: Any) -> float:
                 raise ValueError(
                     f"{value!r} is not a duration (use 90s, 5m, 1h30m or seconds)"
                 ) from None
-            scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+            scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
             seconds = sum(float(n) * scale[u] for n, u in parts)
     else:
         raise ValueError("expected a duration such as 90s, 5m or 1h30m")
@@ -280,6 +280,9 @@ class AgentConfig(Section):
     """The folder of skills, markdown files that join the prompt on turns that mention them."""
     bash_timeout: Duration = 60.0
     """The bash tool's timeout when a call names none; a call may ask for up to 1h."""
+    turn_timeout: Duration = 600.0
+    """The longest a turn may take in the daemon (the user is told when it is cut off); time
+    spent waiting for a human's approval counts too."""
     sandbox: Literal["none", "bwrap"] = "none"
     """none: bash runs as the daemon's user; bwrap: only the workspace is writable."""
     sandbox_network: bool = False
@@ -304,9 +307,25 @@ class LogConfig(Section):
     """Log lines as text or json."""
 
 
+class RetentionConfig(Section):
+    inbox: Duration = 30 * 86400.0
+    """How long an answered message's id is remembered to drop a redelivery (platforms
+    redeliver within hours; keep this at days)."""
+    outbox: Duration = 7 * 86400.0
+    """How long a sent (or abandoned) reply's row is kept."""
+    audit: Duration = 90 * 86400.0
+    """How long the audit trail of tool calls is kept."""
+    cron_runs: Duration = 30 * 86400.0
+    """How long the record of each cron run is kept."""
+    interval: Duration = 3600.0
+    """How often the sweep runs (the first one soon after start)."""
+
+
 class StateConfig(Section):
     path: str = "~/.local/share/rousseau/sessions.db"
     """The SQLite database holding sessions, cron jobs and the rest of the daemon's state."""
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    """What is pruned, and when; sessions and their messages are never pruned."""
 
 
 class CronConfig(Section):
@@ -534,7 +553,11 @@ class Config(Section):
     shutdown_grace: Duration = 30.0
     """On SIGTERM, how long in-flight turns get to finish."""
     max_concurrent_turns: int = Field(default=64, ge=1)
-    """Turns of different sessions running at once."""
+    """Turns of different sessions running at once (a turn waiting for a human's approval
+    does not count)."""
+    send_timeout: Duration = 60.0
+    """The longest one send to a platform may take before it is abandoned and retried later
+    (other chats are never held up by it)."""
     cron: CronConfig = Field(default_factory=CronConfig)
     """Scheduled jobs, which live in the store (see `rousseau cron --help`)."""
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)

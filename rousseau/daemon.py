@@ -7,35 +7,48 @@ close the transports and checkpoint the WAL.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
 import signal
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import structlog
 from anyio.abc import SocketStream, TaskGroup
 
-from rousseau.agent import Provider
+from rousseau.agent import Provider, TransportAuthError
 from rousseau.app import build_agent, build_approver, build_registry
 from rousseau.approvals import ChatApprovals
 from rousseau.config import Config, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
-from rousseau.metrics import Metrics
+from rousseau.metrics import LagProbe, Metrics
+from rousseau.policy import ChatPolicy, RateLimiter, chat_policies
 from rousseau.providers import build_provider, detect_provider
-from rousseau.router import ChatPolicy, RateLimiter, Router
+from rousseau.router import Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
-from rousseau.transports import TRANSPORTS, build_transports
+from rousseau.transports import build_transports
 from rousseau.transports.base import Transport
 
 log = structlog.get_logger("rousseau.daemon")
 
 BACKOFF_CAP = 300.0
+CLOSE_TIMEOUT = 5.0
+"""At shutdown, the longest any one close (a transport, the provider, the store) may take."""
+FIRST_SWEEP = 30.0
+
+
+async def _quietly(fn: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await fn()
+    except Exception as exc:
+        log.warning("daemon.stop_failed", error=str(exc) or type(exc).__name__)
 
 
 def sd_notify(state: str) -> bool:
@@ -55,19 +68,7 @@ def sd_notify(state: str) -> bool:
         return False
 
 
-def policies(config: Config) -> dict[str, ChatPolicy]:
-    out: dict[str, ChatPolicy] = {}
-    for name in TRANSPORTS:
-        section = getattr(config, name)
-        if section is None:
-            continue
-        out[name] = ChatPolicy(
-            policy=getattr(section, "policy", "allowlist"),
-            allowlist=frozenset(section.allowlist),
-            require_mention=getattr(section, "require_mention", True),
-            reply_header=section.reply_header,
-        )
-    return out
+policies = chat_policies  # the name older callers import
 
 
 class Daemon:
@@ -85,40 +86,65 @@ class Daemon:
         self.transports = transports if transports is not None else build_transports(config, only)
         self.chat_policies = {**policies(config), **(chat_policies or {})}
         self.metrics = Metrics()
+        self.lag = LagProbe(self.metrics)
         self._stop = anyio.Event()
 
     async def run(self) -> int:
         config = self.config
-        store = Store(config.state.path)
-        provider: Provider | None = None
-        try:
-            for name, transport in self.transports.items():
-                bind = getattr(transport, "bind_state", None)
-                if bind is not None:
-                    bind(TransportState(store, name))
-            if self.provider is not None:
-                provider, name, why = self.provider, self.provider.name, "given by the caller"
-            else:
-                name, why = await anyio.to_thread.run_sync(detect_provider, config)
-                provider = build_provider(config, name, store=store)
-            log.info(
-                "daemon.starting", provider=name, reason=why, transports=sorted(self.transports)
-            )
-            router = self._router(provider, store)
-            async with mcp_tools(config.mcp_servers, self._registry):
-                await self._serve(router, self._scheduler(router, store))
-        finally:
-            with anyio.CancelScope(shield=True):
-                for transport in self.transports.values():
-                    aclose = getattr(transport, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
-                aclose = getattr(provider, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-                await anyio.to_thread.run_sync(store.close)
+        async with anyio.create_task_group() as probes:
+            probes.start_soon(self.lag.run)
+            # Opening the store (migrations, a wait for the WAL switch) and building the
+            # provider (its SDK's import) are blocking work: off the event loop.
+            store = await anyio.to_thread.run_sync(Store, config.state.path)
+            provider: Provider | None = None
+            try:
+                for name, transport in self.transports.items():
+                    bind = getattr(transport, "bind_state", None)
+                    if bind is not None:
+                        bind(TransportState(store, name))
+                if self.provider is not None:
+                    provider, name, why = self.provider, self.provider.name, "given by the caller"
+                else:
+                    name, why = await anyio.to_thread.run_sync(detect_provider, config)
+                    provider = await anyio.to_thread.run_sync(
+                        functools.partial(build_provider, config, name, store=store)
+                    )
+                log.info(
+                    "daemon.starting",
+                    provider=name,
+                    reason=why,
+                    transports=sorted(self.transports),
+                )
+                router = self._router(provider, store)
+                async with mcp_tools(config.mcp_servers, self._registry):
+                    await self._serve(router, self._scheduler(router, store))
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._close(provider, store)
+            probes.cancel_scope.cancel()
         log.info("daemon.stopped")
         return 0
+
+    async def _close(self, provider: Provider | None, store: Store) -> None:
+        """Close every transport and the provider (each given a few seconds, a failure
+        never skipping the rest), then checkpoint and close the store."""
+
+        async def close(what: str, aclose: Callable[[], Awaitable[None]]) -> None:
+            try:
+                with anyio.fail_after(CLOSE_TIMEOUT):
+                    await aclose()
+            except Exception as exc:  # TimeoutError included: a hung close is left behind
+                log.warning("daemon.close_failed", what=what, error=str(exc) or type(exc).__name__)
+
+        async with anyio.create_task_group() as tg:
+            for name, transport in self.transports.items():
+                aclose = getattr(transport, "aclose", None)
+                if aclose is not None:
+                    tg.start_soon(close, name, aclose)
+            closer = getattr(provider, "aclose", None)
+            if closer is not None:
+                tg.start_soon(close, "provider", closer)
+        await anyio.to_thread.run_sync(functools.partial(store.close, timeout=CLOSE_TIMEOUT))
 
     def _router(self, provider: Provider, store: Store) -> Router:
         config = self.config
@@ -145,6 +171,8 @@ class Daemon:
             denied_reply=rl.denied_reply,
             max_concurrent_turns=config.max_concurrent_turns,
             metrics=self.metrics,
+            turn_timeout=config.agent.turn_timeout,
+            send_timeout=config.send_timeout,
         )
         if approvals is not None:
             approvals.notify = router.notify
@@ -183,6 +211,7 @@ class Daemon:
             for transport in self.transports.values():
                 tg.start_soon(self._supervise, transport, router)
                 tg.start_soon(router.deliver, transport.name)
+            tg.start_soon(self._sweep, router)
             if config.health is not None:
                 await tg.start(self._health, config.health.listen)
             self._watchdog(tg)
@@ -191,8 +220,10 @@ class Daemon:
             await self._stop.wait()
             sd_notify("STOPPING=1")
             log.info("daemon.stopping", grace=config.shutdown_grace)
-            for transport in self.transports.values():
-                await transport.stop()
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                async with anyio.create_task_group() as stopping:
+                    for transport in self.transports.values():
+                        stopping.start_soon(_quietly, transport.stop)
             await router.drain(config.shutdown_grace)
             tg.cancel_scope.cancel()
 
@@ -207,20 +238,25 @@ class Daemon:
                 return
 
     async def _supervise(self, transport: Transport, router: Router) -> None:
-        """Keep one transport running; failures restart it with capped exponential backoff."""
+        """Keep one transport running; failures restart it with capped exponential backoff.
+        A rejected credential stops it for good (its health stays red)."""
         failures = 0
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 await transport.run(router.submit)
+            except TransportAuthError as exc:
+                log.error("transport.stopped", transport=transport.name, error=str(exc))
+                return
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                if getattr(exc, "permanent", False):
-                    # Retrying cannot help (a logged-out session): stay down, health stays red.
-                    log.error("transport.stopped", transport=transport.name, error=str(exc))
-                    return
-                log.error("transport.failed", transport=transport.name, error=str(exc))
+                log.error(
+                    "transport.failed",
+                    transport=transport.name,
+                    error=str(exc) or type(exc).__name__,
+                    exc_info=not isinstance(exc, ConnectionError),
+                )
             if self._stop.is_set():
                 return
             if time.monotonic() - started > 60:
@@ -234,6 +270,21 @@ class Daemon:
                 delay=round(delay, 2),
             )
             await anyio.sleep(delay)
+
+    async def _sweep(self, router: Router) -> None:
+        """The retention sweep: soon after start, then every `state.retention.interval`."""
+        ages = self.config.state.retention
+        await anyio.sleep(min(FIRST_SWEEP, ages.interval))
+        while True:
+            try:
+                deleted = await router.state.sweep(ages)
+                for table, count in deleted.items():
+                    if count:
+                        self.metrics.pruned.labels(table).inc(count)
+                log.info("daemon.swept", **deleted)
+            except Exception as exc:
+                log.warning("daemon.sweep_failed", error=str(exc))
+            await anyio.sleep(ages.interval)
 
     def _watchdog(self, tg: TaskGroup) -> None:
         usec = os.environ.get("WATCHDOG_USEC")
@@ -259,6 +310,12 @@ class Daemon:
 
     async def _answer(self, stream: SocketStream) -> None:
         """GET /healthz and /metrics. Hand-written: two read-only endpoints need no framework."""
+        try:
+            await self._respond_to(stream)
+        except Exception as exc:  # one bad request must never end the server
+            log.debug("daemon.health_request_failed", error=str(exc))
+
+    async def _respond_to(self, stream: SocketStream) -> None:
         async with stream:
             try:
                 with anyio.fail_after(5):

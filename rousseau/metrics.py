@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from rousseau.agent import Usage
@@ -30,7 +33,27 @@ class Metrics:
             "rousseau_queue_depth", "Messages waiting for their session's turn", registry=r
         )
         self.outbox_pending = Gauge(
-            "rousseau_outbox_pending", "Reply parts not yet delivered", registry=r
+            "rousseau_outbox_pending", "Reply parts not yet delivered", ["transport"], registry=r
+        )
+        self.retries = Counter(
+            "rousseau_retries",
+            "Work retried after a failure, by stage (turn, intake)",
+            ["stage"],
+            registry=r,
+        )
+        self.failed_inbound = Counter(
+            "rousseau_failed_inbound",
+            "Messages given up on after repeated failures (recorded with their traceback)",
+            ["transport"],
+            registry=r,
+        )
+        self.pruned = Counter(
+            "rousseau_pruned_rows", "Rows deleted by the retention sweep", ["table"], registry=r
+        )
+        self.loop_lag = Gauge(
+            "rousseau_event_loop_lag_seconds",
+            "The longest the event loop was late to wake a task, since the last scrape",
+            registry=r,
         )
         self.provider_tokens = Counter(
             "rousseau_provider_tokens", "Tokens used, by kind", ["kind"], registry=r
@@ -48,3 +71,28 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class LagProbe:
+    """Measures how late the event loop wakes a sleeping task: anything that blocks the loop
+    (a synchronous call, a slow callback) shows up as lag."""
+
+    def __init__(self, metrics: Metrics, every: float = 0.025, window: float = 10.0) -> None:
+        self.metrics = metrics
+        self.every = every
+        self.window = window
+        self.worst = 0.0
+        """The worst lag since the probe started, in seconds."""
+
+    async def run(self) -> None:
+        recent, since = 0.0, time.monotonic()
+        while True:
+            before = time.monotonic()
+            await anyio.sleep(self.every)
+            now = time.monotonic()
+            late = max(0.0, now - before - self.every)
+            self.worst = max(self.worst, late)
+            if now - since > self.window:
+                recent, since = 0.0, now
+            recent = max(recent, late)
+            self.metrics.loop_lag.set(recent)

@@ -10,21 +10,29 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
+import traceback
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from rousseau.agent import Agent, Message, Session
+from rousseau.agent import Agent, Message, Session, StoreError
 from rousseau.approvals import ChatApprovals
+from rousseau.delivery import Courier
 from rousseau.metrics import Metrics
+from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import Store
-from rousseau.state.daemon_state import DaemonState, OutboxRow
+from rousseau.state.daemon_state import DaemonState
+from rousseau.state.store import StoreFullError
 from rousseau.transports.base import Inbound, Outbound, Transport, current_inbound
 from rousseau.transports.split import split_message
+
+__all__ = ["FAILED_REPLY", "ChatPolicy", "RateLimiter", "Router", "ShuttingDown"]
 
 log = structlog.get_logger("rousseau.router")
 
@@ -37,70 +45,32 @@ FAILED_REPLY = (
     "Sorry, I couldn't answer that just now (the model did not respond). "
     "Your message is kept; please try again in a moment."
 )
-PAIRING_TTL = 3600.0
-_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
+TIMEOUT_REPLY = (
+    "Sorry, that took too long, so I stopped working on it. "
+    "Your message is kept; please try again, perhaps with a smaller request."
+)
+BROKEN_REPLY = (
+    "Sorry, something went wrong on my side while handling that message, "
+    "and trying again did not help. My owner can find it in the logs."
+)
 TYPING_EVERY = 4.0
 TYPING_AFTER = 0.5  # a reply faster than this needs no typing indicator
-DELIVERY_BATCH = 200
-DELIVERY_CHATS = 32  # chats whose replies are sent at once; order holds within each chat
+MAX_ATTEMPTS = 3
+"""Tries of one message that keeps failing (not for want of disk) before it is given up."""
+RETRY_CAP = 30.0
+
+_in_slot: ContextVar[bool] = ContextVar("in_turn_slot", default=False)
 
 
 class ShuttingDown(Exception):
     """The daemon is stopping; the adapter must not acknowledge this message."""
 
 
-@dataclass(kw_only=True, slots=True)
-class ChatPolicy:
-    """Who may talk to the agent on one transport, and how it answers there."""
-
-    policy: str = "allowlist"
-    allowlist: frozenset[str] = frozenset()
-    require_mention: bool = True
-    reply_header: str = ""
-
-
-class RateLimiter:
-    """A token bucket per (transport, sender); the least recently seen keys are dropped."""
-
-    def __init__(
-        self, default: tuple[int, float], per_transport: dict[str, tuple[int, float]], max_keys: int
-    ) -> None:
-        self.default = default
-        self.per_transport = per_transport
-        self.max_keys = max_keys
-        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
-
-    def allow(self, transport: str, sender: str, now: float | None = None) -> bool:
-        count, period = self.per_transport.get(transport, self.default)
-        now = time.monotonic() if now is None else now
-        key = (transport, sender)
-        tokens, last = self._buckets.pop(key, (float(count), now))
-        tokens = min(float(count), tokens + (now - last) * count / period)
-        allowed = tokens >= 1.0
-        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
-        while len(self._buckets) > self.max_keys:
-            self._buckets.popitem(last=False)
-        return allowed
-
-    def __len__(self) -> int:
-        return len(self._buckets)
-
-
-class _Bounded:
-    """An LRU set: remembers the last `limit` keys."""
-
-    def __init__(self, limit: int) -> None:
-        self._keys: OrderedDict[str, None] = OrderedDict()
-        self._limit = limit
-
-    def add(self, key: str) -> bool:
-        """True if the key is new."""
-        new = key not in self._keys
-        self._keys[key] = None
-        self._keys.move_to_end(key)
-        while len(self._keys) > self._limit:
-            self._keys.popitem(last=False)
-        return new
+@dataclass(slots=True)
+class _Item:
+    inbound: Inbound
+    replay: bool
+    attempts: int = 0
 
 
 @dataclass(kw_only=True)
@@ -119,123 +89,146 @@ class Router:
     metrics: Metrics = field(default_factory=Metrics)
     approvals: ChatApprovals | None = None
     """Where `yes ID` / `no ID` answers go (ask-mode approval in chat), if anywhere."""
+    turn_timeout: float = 600.0
+    """A turn still running after this is cancelled and the user told."""
+    send_timeout: float = 60.0
+    """One send to a platform at most; then it is abandoned and retried later."""
     new_session_id: Callable[[], str] = field(default=lambda: secrets.token_hex(6))
 
     def __post_init__(self) -> None:
         self.state = DaemonState(self.store)
+        self.admission = Admission(
+            state=self.state,
+            policies=self.policies,
+            rate_limiter=self.rate_limiter,
+            approvals=self.approvals,
+            denied_reply=self.denied_reply,
+        )
+        if self.approvals is not None:
+            self.approvals.waiting = self.slot_released
         self._limiter = anyio.CapacityLimiter(self.max_concurrent_turns)
-        self._queues: dict[str, deque[tuple[Inbound, bool]]] = {}
+        self._queues: dict[str, deque[_Item]] = {}
         self._sessions: OrderedDict[str, Session] = OrderedDict()
-        self._strangers = _Bounded(10_000)
-        self._denied = _Bounded(10_000)
-        self._wake: dict[str, anyio.Event] = {}
+        self._couriers: dict[str, Courier] = {}
+        self._intake_failures: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._tg: TaskGroup | None = None
         self._closing = False
         self._idle = anyio.Event()
         self._idle.set()
-        self._delivered = anyio.Event()
 
     # -- intake ---------------------------------------------------------------------------
 
     async def submit(self, inbound: Inbound) -> None:
-        """Take an inbound message; returns once it is persisted (or deliberately dropped)."""
+        """Take an inbound message; returns once it is persisted (or deliberately dropped).
+
+        Raises (so the adapter does not acknowledge it, and the platform redelivers) when it
+        could not be persisted; a message that keeps making intake fail for another reason
+        is recorded as failed and skipped, so it cannot block the ones behind it.
+        """
         if self._closing:
             raise ShuttingDown()
         self.metrics.inbound.labels(inbound.transport).inc()
-        policy = self.policies.get(inbound.transport, ChatPolicy())
-        if await self._approval_answer(inbound, policy):
+        try:
+            admitted = await self.admission.decide(inbound)
+            if admitted.verdict is Verdict.ANSWER:
+                await self._reply(inbound, admitted.reply, finish=False)
+        except StoreFullError:
+            raise  # not this message's fault: it waits, unacknowledged, for space
+        except Exception as exc:
+            if not self._poison(inbound, exc):
+                raise
             return
-        if inbound.is_group and policy.require_mention and not inbound.mentioned:
-            log.debug("router.ignored_group", transport=inbound.transport, chat=inbound.chat_id)
-            return
-        if not await self._admitted(inbound, policy):
-            if await self.state.accept(inbound, ignored=True):
-                await self._stranger(inbound, policy)
-            return
-        if not self.rate_limiter.allow(inbound.transport, inbound.sender_id):
-            if await self.state.accept(inbound, ignored=True):
-                log.info(
-                    "router.rate_limited", transport=inbound.transport, sender=inbound.sender_id
-                )
-                if self.denied_reply and self._denied.add(
-                    f"{inbound.session_key}:{int(time.time() // 60)}"
-                ):
-                    await self._reply(inbound, self.denied_reply, finish=False)
-            return
-        if not await self.state.accept(inbound):
-            log.info("router.duplicate", transport=inbound.transport, message=inbound.message_id)
-            return
-        self._dispatch(inbound, replay=False)
+        if admitted.verdict is Verdict.TURN:
+            self._dispatch(_Item(inbound, replay=False))
 
-    async def _approval_answer(self, inbound: Inbound, policy: ChatPolicy) -> bool:
-        """An owner's `yes ID` / `no ID` settles a waiting tool call and goes no further (in
-        groups too, mention or not). From a stranger it is an ordinary, ignored message."""
-        approvals = self.approvals
-        if approvals is None or not approvals.is_answer(inbound.text):
+    def _poison(self, inbound: Inbound, exc: Exception) -> bool:
+        """Count a failed intake; True once this message has failed too often to retry."""
+        key = (inbound.transport, inbound.message_id)
+        failures = self._intake_failures.pop(key, 0) + 1
+        self._intake_failures[key] = failures
+        while len(self._intake_failures) > 1000:
+            self._intake_failures.popitem(last=False)
+        self.metrics.retries.labels("intake").inc()
+        if failures < MAX_ATTEMPTS:
+            log.warning("router.intake_failed", attempt=failures, exc_info=exc)
             return False
-        who = f"{inbound.transport}:{inbound.sender_id}"
-        if who not in approvals.owners and not await self._admitted(inbound, policy):
-            return False
-        if await self.state.accept(inbound, ignored=True):  # a redelivery answers nothing
-            await self._reply(inbound, approvals.answer(inbound), finish=False)
+        log.error(
+            "router.intake_gave_up",
+            transport=inbound.transport,
+            message=inbound.message_id,
+            exc_info=exc,
+        )
+        self.metrics.failed_inbound.labels(inbound.transport).inc()
         return True
-
-    async def _admitted(self, inbound: Inbound, policy: ChatPolicy) -> bool:
-        if policy.policy == "open" or inbound.sender_id in policy.allowlist:
-            return True
-        return await self.state.is_allowed(inbound.transport, inbound.sender_id)
-
-    async def _stranger(self, inbound: Inbound, policy: ChatPolicy) -> None:
-        if policy.policy == "pairing":
-            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
-            given = await self.state.pairing_code(
-                inbound.transport, inbound.sender_id, inbound.chat_id, code, PAIRING_TTL
-            )
-            if given is None:
-                log.warning("router.pairing_full", transport=inbound.transport)
-                return
-            await self._reply(
-                inbound,
-                f"I don't know you yet. Ask my owner to run: rousseau pair approve {given}\n"
-                "(the code is valid for one hour)",
-                finish=False,
-            )
-            log.info("router.pairing_code", transport=inbound.transport, sender=inbound.sender_id)
-            return
-        if self._strangers.add(f"{inbound.transport}:{inbound.sender_id}"):
-            log.warning(
-                "router.ignored_sender",
-                transport=inbound.transport,
-                sender=inbound.sender_id,
-                hint=f"to admit them, add {inbound.sender_id!r} to {inbound.transport}.allowlist"
-                f" or set {inbound.transport}.policy: pairing",
-            )
 
     # -- sessions and turns ---------------------------------------------------------------
 
-    def _dispatch(self, inbound: Inbound, *, replay: bool) -> None:
+    def _dispatch(self, item: _Item) -> None:
         assert self._tg is not None, "the router is not running"
-        key = inbound.session_key
+        key = item.inbound.session_key
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()
             self._idle = anyio.Event()
             self._tg.start_soon(self._worker, key, queue)
-        queue.append((inbound, replay))
+        queue.append(item)
         self.metrics.queue_depth.set(sum(len(q) for q in self._queues.values()))
 
-    async def _worker(self, key: str, queue: deque[tuple[Inbound, bool]]) -> None:
+    async def _worker(self, key: str, queue: deque[_Item]) -> None:
+        """Answer one session's messages in order; a failure fails (and retries) one message,
+        never the router."""
         try:
             while queue:
-                inbound, replay = queue.popleft()
-                async with self._limiter:
-                    await self._process(inbound, replay)
+                item = queue[0]
+                try:
+                    async with self._limiter:
+                        token = _in_slot.set(True)
+                        try:
+                            await self._process(item)
+                        finally:
+                            _in_slot.reset(token)
+                except Exception as exc:
+                    if await self._failed(key, item, exc):
+                        continue  # try the same message again, still first in line
+                queue.popleft()
         finally:
             del self._queues[key]
             if not self._queues:
                 self._idle.set()
 
-    async def _process(self, inbound: Inbound, replay: bool) -> None:
+    async def _failed(self, key: str, item: _Item, exc: Exception) -> bool:
+        """After a message's processing failed: wait and return True to retry it, or record
+        it as failed (with the traceback, and the user told once) and return False."""
+        self._sessions.pop(key, None)  # what is in memory may not be on disk: reload it
+        self.metrics.retries.labels("turn").inc()
+        full = isinstance(exc, StoreFullError)
+        if not full:
+            item.attempts += 1
+        if full or item.attempts < MAX_ATTEMPTS:
+            delay = min(RETRY_CAP, 0.5 * 2 ** max(item.attempts, 1)) * (
+                0.5 + secrets.randbelow(1000) / 1000
+            )
+            log.warning(
+                "router.turn_retry",
+                message=item.inbound.message_id,
+                attempt=item.attempts,
+                retry_in=round(delay, 2),
+                exc_info=not full,
+                error=str(exc),
+            )
+            await anyio.sleep(delay)
+            return True
+        trace = "".join(traceback.format_exception(exc))
+        log.error("router.message_failed", message=item.inbound.message_id, exc_info=exc)
+        self.metrics.failed_inbound.labels(item.inbound.transport).inc()
+        try:
+            await self._reply(item.inbound, BROKEN_REPLY, error=trace[-4000:])
+        except Exception:  # still pending on disk: the next start replays it
+            log.exception("router.record_failed", message=item.inbound.message_id)
+        return False
+
+    async def _process(self, item: _Item) -> None:
+        inbound = item.inbound
         with structlog.contextvars.bound_contextvars(
             transport=inbound.transport, chat=inbound.chat_id, message=inbound.message_id
         ):
@@ -252,27 +245,64 @@ class Router:
             session = await self._session(inbound)
             current_inbound.set(inbound)  # this task's context: tools see which chat asked
             with structlog.contextvars.bound_contextvars(session=session.id):
-                if not (replay and await self.state.was_appended(inbound)):
-                    await self.agent.append(session, Message.user(_user_text(inbound)))
-                    await self.state.mark_appended(inbound)
-                started = time.monotonic()
+                if item.replay or item.attempts:
+                    if await self.state.was_appended(inbound):
+                        done = await self.state.finished_reply(inbound, session.id)
+                        if done is not None:  # answered before a stop, never queued
+                            log.info("router.turn_already_finished")
+                            await self._reply(inbound, done.strip())
+                            return
+                    else:
+                        await self._append_user(session, inbound)
+                else:
+                    await self._append_user(session, inbound)
+                await self._reply(inbound, await self._turn(session, inbound))
+
+    async def _append_user(self, session: Session, inbound: Inbound) -> None:
+        await self.agent.append(session, Message.user(_user_text(inbound)))
+        await self.state.mark_appended(inbound, session.id)
+
+    async def _turn(self, session: Session, inbound: Inbound) -> str:
+        """The turn's answer, or an honest apology if the model failed or took too long.
+        A store failure propagates: the message is then retried, not answered."""
+        started = time.monotonic()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._typing, inbound)
                 try:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._typing, inbound)
-                        try:
-                            response = await self.agent.turn(session)
-                        finally:
-                            tg.cancel_scope.cancel()
-                    text = response.message.text.strip()
-                    self.metrics.tokens(response.usage)
-                except Exception:
-                    log.exception("router.turn_failed")
-                    self.metrics.errors.labels(inbound.transport).inc()
-                    text = FAILED_REPLY
-                self.metrics.turn_seconds.observe(time.monotonic() - started)
-                if not text:
-                    log.info("router.empty_reply")
-                await self._reply(inbound, text)
+                    with anyio.fail_after(self.turn_timeout):
+                        response = await self.agent.turn(session)
+                finally:
+                    tg.cancel_scope.cancel()
+            text = response.message.text.strip()
+            self.metrics.tokens(response.usage)
+        except StoreError:
+            raise
+        except TimeoutError:
+            log.warning("router.turn_timeout", timeout=self.turn_timeout)
+            self.metrics.errors.labels(inbound.transport).inc()
+            text = TIMEOUT_REPLY
+        except Exception:
+            log.exception("router.turn_failed")
+            self.metrics.errors.labels(inbound.transport).inc()
+            text = FAILED_REPLY
+        self.metrics.turn_seconds.observe(time.monotonic() - started)
+        if not text:
+            log.info("router.empty_reply")
+        return text
+
+    @asynccontextmanager
+    async def slot_released(self) -> AsyncIterator[None]:
+        """While a turn waits for a person (an approval), its turn slot serves others."""
+        if not _in_slot.get():
+            yield
+            return
+        self._limiter.release()
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._limiter.acquire()
 
     async def _session(self, inbound: Inbound) -> Session:
         key = inbound.session_key
@@ -318,13 +348,17 @@ class Router:
         await anyio.sleep(TYPING_AFTER)
         while True:
             try:
-                await transport.typing(inbound.chat_id, inbound.thread_id)
+                with anyio.fail_after(self.send_timeout):
+                    await transport.typing(inbound.chat_id, inbound.thread_id)
             except Exception as exc:
                 log.debug("router.typing_failed", error=str(exc))
             await anyio.sleep(TYPING_EVERY)
 
-    async def _reply(self, inbound: Inbound, text: str, *, finish: bool = True) -> None:
-        """Queue the reply, split for the platform, marking the inbound done in one step."""
+    async def _reply(
+        self, inbound: Inbound, text: str, *, finish: bool = True, error: str | None = None
+    ) -> None:
+        """Queue the reply, split for the platform, marking the inbound done (or failed,
+        with `error`) in one step."""
         parts = self._parts(
             inbound.transport,
             inbound.chat_id,
@@ -332,7 +366,9 @@ class Router:
             thread_id=inbound.thread_id,
             reply_to=inbound.message_id,
         )
-        await self._queue(inbound.transport, parts, done=inbound if finish else None)
+        await self.state.finish(inbound if finish else None, parts, error=error)
+        if parts:
+            self.wake(inbound.transport)
 
     async def notify(
         self, transport: str, chat_id: str, text: str, buttons: tuple[str, ...] = ()
@@ -343,16 +379,10 @@ class Router:
         parts = self._parts(transport, chat_id, text)
         if parts and buttons:  # on the last part, under the whole text
             parts[-1] = dataclasses.replace(parts[-1], buttons=buttons)
-        await self._queue(transport, parts)
-        return len(parts)
-
-    async def _queue(
-        self, transport: str, parts: list[Outbound], done: Inbound | None = None
-    ) -> None:
-        """Into the outbox (with `done` marked answered in the same step); wake its sender."""
-        await self.state.finish(done, parts)
+        await self.state.finish(None, parts)
         if parts:
             self.wake(transport)
+        return len(parts)
 
     def _parts(
         self,
@@ -384,56 +414,16 @@ class Router:
     # -- delivery -------------------------------------------------------------------------
 
     def wake(self, transport: str) -> None:
-        event = self._wake.get(transport)
-        if event is not None:
-            event.set()
+        courier = self._couriers.get(transport)
+        if courier is not None:
+            courier.wake()
 
     async def deliver(self, name: str) -> None:
-        """Send the outbox of one transport: chats in parallel, each chat's parts in order,
-        failures retried with backoff."""
-        transport = self.transports[name]
-        limiter = anyio.CapacityLimiter(DELIVERY_CHATS)
-        while True:
-            self._wake[name] = wake = anyio.Event()
-            rows = await self.state.due(name, DELIVERY_BATCH)
-            chats: dict[tuple[str, str | None], list[OutboxRow]] = {}
-            for row in rows:
-                chats.setdefault((row.message.chat_id, row.message.thread_id), []).append(row)
-            async with anyio.create_task_group() as tg:
-                for chat_rows in chats.values():
-                    tg.start_soon(self._deliver_chat, transport, chat_rows, limiter)
-            self.metrics.outbox_pending.set(await self.state.outbox_pending())
-            self._delivered.set()
-            if len(rows) == DELIVERY_BATCH:
-                continue
-            next_at = await self.state.next_due_at(name)
-            wait = 5.0 if next_at is None else max(0.0, min(5.0, next_at - time.time()))
-            with anyio.move_on_after(wait):
-                await wake.wait()
-
-    async def _deliver_chat(
-        self, transport: Transport, rows: list[OutboxRow], limiter: anyio.CapacityLimiter
-    ) -> None:
-        async with limiter:
-            for row in rows:
-                try:
-                    await transport.send(row.message)
-                except Exception as exc:
-                    attempts = row.attempts + 1
-                    delay = min(300.0, 2.0**attempts) * (0.5 + secrets.randbelow(1000) / 1000)
-                    give_up = attempts >= 12
-                    log.warning(
-                        "router.send_failed",
-                        transport=transport.name,
-                        attempt=attempts,
-                        retry_in=round(delay, 1),
-                        error=str(exc),
-                        gave_up=give_up,
-                    )
-                    await self.state.retry_later(row.id, delay, str(exc), give_up=give_up)
-                    return  # keep the order: this chat's later parts wait for this one
-                await self.state.sent(row.id)
-                self.metrics.replies.labels(transport.name).inc()
+        """Send the outbox of one transport until cancelled (see rousseau.delivery)."""
+        courier = self._couriers[name] = Courier(
+            self.transports[name], self.state, metrics=self.metrics, send_timeout=self.send_timeout
+        )
+        await courier.run()
 
     # -- running --------------------------------------------------------------------------
 
@@ -443,7 +433,7 @@ class Router:
             self._tg = tg
             for inbound in await self.state.pending():
                 log.info("router.replay", transport=inbound.transport, message=inbound.message_id)
-                self._dispatch(inbound, replay=True)
+                self._dispatch(_Item(inbound, replay=True))
             task_status.started()
             await anyio.sleep_forever()
 
@@ -456,12 +446,11 @@ class Router:
         self._closing = True
         with anyio.move_on_after(grace):
             await self._idle.wait()
-            for name in self.transports:
-                self.wake(name)
-            while await self.state.outbox_pending():
-                self._delivered = anyio.Event()
-                with anyio.move_on_after(0.5):  # a send that fails waits for its retry time
-                    await self._delivered.wait()
+            names = list(self._couriers)
+            while await self.state.outbox_pending(names):
+                for name in names:
+                    self.wake(name)
+                await anyio.sleep(0.1)  # a send that fails waits for its retry time
             return True
         log.warning("router.drain_timeout", unfinished=len(self._queues))
         return False

@@ -9,12 +9,23 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Protocol
 
 from rousseau.state.store import Store
 from rousseau.transports.base import Inbound, Outbound
 
 MAX_PENDING_CODES = 3
+
+
+class Retention(Protocol):
+    """How long (seconds) finished rows are kept before the sweep deletes them."""
+
+    inbox: float
+    outbox: float
+    audit: float
+    cron_runs: float
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,16 +79,18 @@ class DaemonState:
 
         return await self.store.call(op, write=True)
 
-    async def mark_appended(self, inbound: Inbound) -> None:
-        """Queued after the user message's append: on replay, it is not appended twice."""
+    async def mark_appended(self, inbound: Inbound, session_id: str) -> None:
+        """Queued right after the user message's append: remembers that message's row, so a
+        replay neither appends it twice nor runs a turn that already finished."""
 
         def op(db: sqlite3.Connection) -> None:
             db.execute(
-                "UPDATE inbox SET appended = 1 WHERE transport = ? AND message_id = ?",
-                (inbound.transport, inbound.message_id),
+                "UPDATE inbox SET appended = coalesce((SELECT max(id) FROM messages"
+                " WHERE session_id = ?), 1) WHERE transport = ? AND message_id = ?",
+                (session_id, inbound.transport, inbound.message_id),
             )
 
-        await self.store.submit(op)
+        await self.store.submit(op, key=session_id)
 
     async def was_appended(self, inbound: Inbound) -> bool:
         def op(db: sqlite3.Connection) -> bool:
@@ -86,6 +99,29 @@ class DaemonState:
                 (inbound.transport, inbound.message_id),
             ).fetchone()
             return bool(row and row[0])
+
+        return await self.store.call(op)
+
+    async def finished_reply(self, inbound: Inbound, session_id: str) -> str | None:
+        """The answer of a turn that finished for this inbound but was never queued (the
+        daemon stopped in between), or None if its turn has not finished."""
+
+        def op(db: sqlite3.Connection) -> str | None:
+            row = db.execute(
+                "SELECT appended FROM inbox WHERE transport = ? AND message_id = ?",
+                (inbound.transport, inbound.message_id),
+            ).fetchone()
+            if not row or not row[0]:
+                return None
+            last = db.execute(
+                "SELECT role, content, text FROM messages WHERE session_id = ? AND id > ?"
+                " ORDER BY id DESC LIMIT 1",
+                (session_id, row[0]),
+            ).fetchone()
+            if last is None or last[0] != "assistant":
+                return None
+            kinds = {part.get("type") for part in json.loads(last[1])}
+            return None if "tool_use" in kinds else str(last[2])
 
         return await self.store.call(op)
 
@@ -114,9 +150,13 @@ class DaemonState:
 
         return await self.store.call(op)
 
-    async def finish(self, inbound: Inbound | None, parts: list[Outbound]) -> None:
-        """In one transaction: queue the reply parts and mark the inbound done."""
+    async def finish(
+        self, inbound: Inbound | None, parts: list[Outbound], *, error: str | None = None
+    ) -> None:
+        """In one transaction: queue the reply parts and mark the inbound done (or failed,
+        with its `error`, when it could not be answered)."""
         now = time.time()
+        status = "done" if error is None else "failed"
 
         def op(db: sqlite3.Connection) -> None:
             db.executemany(
@@ -139,26 +179,32 @@ class DaemonState:
             )
             if inbound is not None:
                 db.execute(
-                    "UPDATE inbox SET status = 'done' WHERE transport = ? AND message_id = ?",
-                    (inbound.transport, inbound.message_id),
+                    "UPDATE inbox SET status = ?, error = ? WHERE transport = ? AND message_id = ?",
+                    (status, error, inbound.transport, inbound.message_id),
                 )
 
         await self.store.call(op, write=True)
 
     # -- outbox ---------------------------------------------------------------------------
 
-    async def due(self, transport: str, limit: int = 50) -> list[OutboxRow]:
+    async def due(
+        self, transport: str, limit: int = 50, *, skip: Collection[str] = ()
+    ) -> list[OutboxRow]:
+        """Parts ready to send, oldest first, none of the chats in `skip` (busy sending)."""
+        busy = json.dumps(list(skip))
+
         def op(db: sqlite3.Connection) -> list[OutboxRow]:
             rows = db.execute(
                 "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts, buttons"
                 " FROM outbox o"
                 " WHERE status = 'pending' AND transport = ?1 AND next_attempt_at <= ?2"
+                " AND chat_id NOT IN (SELECT value FROM json_each(?4))"
                 # A part never overtakes an earlier one of its chat that waits for a retry.
                 " AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
                 " AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id < o.id"
                 " AND e.next_attempt_at > ?2)"
                 " ORDER BY id LIMIT ?3",
-                (transport, time.time(), limit),
+                (transport, time.time(), limit, busy),
             ).fetchall()
             return [
                 OutboxRow(
@@ -209,13 +255,45 @@ class DaemonState:
 
         await self.store.call(op, write=True)
 
-    async def outbox_pending(self) -> int:
+    async def outbox_pending(self, transports: Collection[str] | None = None) -> int:
+        """Parts still to send (only those of `transports`, if given: the others have no
+        sender in this process)."""
+        names = json.dumps(list(transports or ()))
+        where = "" if transports is None else " AND transport IN (SELECT value FROM json_each(?))"
+
         def op(db: sqlite3.Connection) -> int:
-            return int(
-                db.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
-            )
+            query = "SELECT count(*) FROM outbox WHERE status = 'pending'" + where
+            return int(db.execute(query, () if transports is None else (names,)).fetchone()[0])
 
         return await self.store.call(op)
+
+    # -- retention ------------------------------------------------------------------------
+
+    async def sweep(self, ages: Retention, now: float | None = None) -> dict[str, int]:
+        """Delete what is older than its age: finished inbox rows (the dedupe memory),
+        finished outbox rows, audit rows and cron runs. Pending work is never touched."""
+        at = time.time() if now is None else now
+
+        def op(db: sqlite3.Connection) -> dict[str, int]:
+            return {
+                "inbox": db.execute(
+                    "DELETE FROM inbox WHERE received_at < ? AND status != 'pending'",
+                    (at - ages.inbox,),
+                ).rowcount,
+                "outbox": db.execute(
+                    "DELETE FROM outbox WHERE created_at < ? AND status != 'pending'",
+                    (at - ages.outbox,),
+                ).rowcount,
+                "audit": db.execute(
+                    "DELETE FROM tool_calls WHERE started_at < ?", (at - ages.audit,)
+                ).rowcount,
+                "cron_runs": db.execute(
+                    "DELETE FROM cron_runs WHERE scheduled_at < ? AND status != 'running'",
+                    (at - ages.cron_runs,),
+                ).rowcount,
+            }
+
+        return await self.store.call(op, write=True)
 
     # -- chats and sessions ---------------------------------------------------------------
 

@@ -218,6 +218,39 @@ MIGRATIONS: tuple[Migration, ...] = (
         "answer buttons on outgoing messages",
         ("ALTER TABLE outbox ADD COLUMN buttons TEXT",),  # a JSON list of labels, or NULL
     ),
+    Migration(
+        9,
+        "inbox: failed messages with their error; indexes for the retention sweep",
+        (
+            # SQLite cannot widen a CHECK in place: the table is rebuilt.
+            """CREATE TABLE inbox_new (
+                transport TEXT NOT NULL,
+                message_id TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                sender_id TEXT NOT NULL,
+                thread_id TEXT,
+                text TEXT NOT NULL,
+                is_group INTEGER NOT NULL DEFAULT 0,
+                mentioned INTEGER NOT NULL DEFAULT 0,
+                at REAL NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'ignored', 'failed')),
+                appended INTEGER NOT NULL DEFAULT 0,
+                received_at REAL NOT NULL,
+                error TEXT,
+                PRIMARY KEY (transport, message_id)
+            )""",
+            "INSERT INTO inbox_new (transport, message_id, chat_id, sender_id, thread_id, text,"
+            " is_group, mentioned, at, status, appended, received_at) SELECT transport,"
+            " message_id, chat_id, sender_id, thread_id, text, is_group, mentioned, at, status,"
+            " appended, received_at FROM inbox",
+            "DROP TABLE inbox",
+            "ALTER TABLE inbox_new RENAME TO inbox",
+            "CREATE INDEX inbox_pending ON inbox(received_at) WHERE status = 'pending'",
+            "CREATE INDEX inbox_received ON inbox(received_at)",
+            "CREATE INDEX outbox_finished ON outbox(created_at) WHERE status != 'pending'",
+            "CREATE INDEX cron_runs_at ON cron_runs(scheduled_at)",
+        ),
+    ),
 )
 
 

@@ -356,15 +356,17 @@ class Store:
         """Commit a write that changes nothing, to prove the file accepts writes."""
         self.call_sync(self._touch, write=True)
 
-    def close(self) -> None:
-        """Finish queued work, checkpoint the WAL into the main file and close. Idempotent."""
+    def close(self, timeout: float | None = None) -> None:
+        """Finish queued work, checkpoint the WAL into the main file and close. Idempotent.
+
+        Waits at most `timeout` (default: the worker's deadline) for a busy database."""
 
         def checkpoint(db: sqlite3.Connection) -> None:
             if self.path != ":memory:":
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
         try:
-            self._worker.stop(final=checkpoint)
+            self._worker.stop(final=checkpoint, timeout=timeout)
         except (sqlite3.Error, WorkerTimeout) as exc:
             log.error("store.checkpoint_failed", path=self.path, error=str(exc))
 

@@ -1,0 +1,136 @@
+"""Delivery: one transport's outbox, sent by a task per chat.
+
+Each chat's parts go out in order; chats never wait for each other, so a chat in a flood
+wait, or a send that hangs until its deadline, holds up only that chat. A failed send is
+retried with backoff; any other failure is logged and retried, never ending delivery.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from rousseau.agent import StoreError
+from rousseau.metrics import Metrics
+from rousseau.state.daemon_state import DaemonState, OutboxRow
+from rousseau.transports.base import Transport
+
+log = structlog.get_logger("rousseau.router")
+
+BATCH = 200
+MAX_CHATS = 64
+"""Chats sending at once; more wait for a free place (order holds within each chat)."""
+GIVE_UP_AFTER = 12
+"""Attempts of one part before it is marked failed (about a day of backoff)."""
+
+
+class Courier:
+    """Sends the outbox of one transport until cancelled."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        state: DaemonState,
+        *,
+        metrics: Metrics | None = None,
+        send_timeout: float = 60.0,
+        on_round: anyio.Event | None = None,
+    ) -> None:
+        self.transport = transport
+        self.state = state
+        self.metrics = metrics or Metrics()
+        self.send_timeout = send_timeout
+        self._busy: set[str] = set()
+        self._wake = anyio.Event()
+        self.rounds = 0
+        """Passes over the outbox so far (the router's drain waits on these)."""
+        self.round_done = on_round or anyio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        failures = 0
+        async with anyio.create_task_group() as tg:
+            while True:
+                self._wake = anyio.Event()
+                try:
+                    wait = await self._round(tg)
+                    failures = 0
+                except Exception:  # the store failed: try again, never end delivery
+                    failures += 1
+                    log.exception("router.delivery_failed", transport=self.transport.name)
+                    wait = min(30.0, 0.5 * 2**failures)
+                self.rounds += 1
+                self.round_done.set()
+                self.round_done = anyio.Event()
+                if wait > 0:
+                    with anyio.move_on_after(wait):
+                        await self._wake.wait()
+
+    async def _round(self, tg: TaskGroup) -> float:
+        """Start a sender for each chat with due parts; how long to wait before looking again."""
+        name = self.transport.name
+        rows = await self.state.due(name, BATCH, skip=self._busy)
+        chats: dict[str, list[OutboxRow]] = {}
+        for row in rows:
+            chats.setdefault(row.message.chat_id, []).append(row)
+        for chat, chat_rows in chats.items():
+            if len(self._busy) >= MAX_CHATS:
+                break
+            self._busy.add(chat)
+            tg.start_soon(self._send_chat, chat, chat_rows)
+        self.metrics.outbox_pending.labels(name).set(await self.state.outbox_pending((name,)))
+        if len(rows) == BATCH and len(self._busy) < MAX_CHATS:
+            return 0.0
+        next_at = await self.state.next_due_at(name)
+        return 5.0 if next_at is None else max(0.0, min(5.0, next_at - time.time()))
+
+    async def _send_chat(self, chat: str, rows: list[OutboxRow]) -> None:
+        try:
+            for row in rows:
+                if not await self._send(row):
+                    return  # keep the order: this chat's later parts wait for this one
+        except Exception:
+            log.exception("router.delivery_failed", transport=self.transport.name, chat=chat)
+        finally:
+            self._busy.discard(chat)
+            self.wake()  # this chat may have more, and the others a free place
+
+    async def _send(self, row: OutboxRow) -> bool:
+        transport = self.transport
+        try:
+            with anyio.fail_after(self.send_timeout):
+                await transport.send(row.message)
+        except Exception as exc:
+            attempts = row.attempts + 1
+            delay = min(300.0, 2.0**attempts) * (0.5 + secrets.randbelow(1000) / 1000)
+            give_up = attempts >= GIVE_UP_AFTER
+            error = str(exc) or type(exc).__name__
+            if isinstance(exc, TimeoutError):
+                error = f"no answer within {self.send_timeout:g} s"
+            log.warning(
+                "router.send_failed",
+                transport=transport.name,
+                attempt=attempts,
+                retry_in=round(delay, 1),
+                error=error,
+                gave_up=give_up,
+            )
+            await self.state.retry_later(row.id, delay, error, give_up=give_up)
+            return False
+        self.metrics.replies.labels(transport.name).inc()
+        # It went out: recording that must not fail lightly, or it would be sent again.
+        for attempt in range(5):
+            try:
+                await self.state.sent(row.id)
+                return True
+            except StoreError:
+                if attempt == 4:
+                    raise
+                await anyio.sleep(2.0**attempt)
+        return True

@@ -1,0 +1,210 @@
+"""Admission: whether an inbound message is taken, answered without a turn, or dropped.
+
+Decided once, here, in a fixed order: an owner's approval answer; a group message that does
+not address the bot; a duplicate delivery (dropped before it costs anything); a stranger;
+the sender's rate limit. The router acts on the one verdict this returns.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import structlog
+
+from rousseau.approvals import ChatApprovals
+from rousseau.state.daemon_state import DaemonState
+from rousseau.transports.base import Inbound
+
+log = structlog.get_logger("rousseau.router")
+
+PAIRING_TTL = 3600.0
+_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
+
+
+@dataclass(kw_only=True, slots=True)
+class ChatPolicy:
+    """Who may talk to the agent on one transport, and how it answers there."""
+
+    policy: str = "allowlist"
+    allowlist: frozenset[str] = frozenset()
+    require_mention: bool = True
+    reply_header: str = ""
+
+
+class Verdict(enum.Enum):
+    TURN = "turn"
+    """Persisted as pending: run a turn and answer it."""
+    ANSWER = "answer"
+    """Persisted as handled: send `Admitted.reply` (no turn)."""
+    DROP = "drop"
+    """Nothing to do (a duplicate, a group message not for us, an ignored stranger)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Admitted:
+    verdict: Verdict
+    reply: str = ""
+
+
+_DROP = Admitted(verdict=Verdict.DROP)
+
+
+class RateLimiter:
+    """A token bucket per (transport, sender); the least recently seen keys are dropped."""
+
+    def __init__(
+        self, default: tuple[int, float], per_transport: dict[str, tuple[int, float]], max_keys: int
+    ) -> None:
+        self.default = default
+        self.per_transport = per_transport
+        self.max_keys = max_keys
+        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
+
+    def allow(self, transport: str, sender: str, now: float | None = None) -> bool:
+        count, period = self.per_transport.get(transport, self.default)
+        now = time.monotonic() if now is None else now
+        key = (transport, sender)
+        tokens, last = self._buckets.pop(key, (float(count), now))
+        tokens = min(float(count), tokens + (now - last) * count / period)
+        allowed = tokens >= 1.0
+        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+        return allowed
+
+    def refund(self, transport: str, sender: str) -> None:
+        """Give back the token `allow` took (the message turned out to be a duplicate)."""
+        count, _ = self.per_transport.get(transport, self.default)
+        found = self._buckets.get((transport, sender))
+        if found is not None:
+            self._buckets[(transport, sender)] = (min(float(count), found[0] + 1.0), found[1])
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+
+class Bounded:
+    """An LRU set: remembers the last `limit` keys."""
+
+    def __init__(self, limit: int) -> None:
+        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+
+    def add(self, key: str) -> bool:
+        """True if the key is new."""
+        new = key not in self._keys
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self._limit:
+            self._keys.popitem(last=False)
+        return new
+
+
+class Admission:
+    """The one place an inbound is let in (or not)."""
+
+    def __init__(
+        self,
+        *,
+        state: DaemonState,
+        policies: dict[str, ChatPolicy],
+        rate_limiter: RateLimiter,
+        approvals: ChatApprovals | None = None,
+        denied_reply: str = "",
+    ) -> None:
+        self.state = state
+        self.policies = policies
+        self.rate_limiter = rate_limiter
+        self.approvals = approvals
+        self.denied_reply = denied_reply
+        self._strangers = Bounded(10_000)
+        self._denied = Bounded(10_000)
+
+    def policy(self, transport: str) -> ChatPolicy:
+        return self.policies.get(transport, ChatPolicy())
+
+    async def decide(self, inbound: Inbound) -> Admitted:
+        """The verdict for one inbound; anything taken is persisted before this returns."""
+        policy = self.policy(inbound.transport)
+        approvals = self.approvals
+        if approvals is not None and approvals.is_answer(inbound.text):
+            # An owner's `yes ID` / `no ID` settles a waiting tool call and goes no further
+            # (in groups too, mention or not). From a stranger it is an ordinary message.
+            who = f"{inbound.transport}:{inbound.sender_id}"
+            if who in approvals.owners or await self._admitted(inbound, policy):
+                if await self.state.accept(inbound, ignored=True):  # a redelivery answers nothing
+                    return Admitted(verdict=Verdict.ANSWER, reply=approvals.answer(inbound))
+                return _DROP
+        if inbound.is_group and policy.require_mention and not inbound.mentioned:
+            log.debug("router.ignored_group", transport=inbound.transport, chat=inbound.chat_id)
+            return _DROP
+        if not await self._admitted(inbound, policy):
+            if not await self.state.accept(inbound, ignored=True):
+                return _DROP
+            return await self._stranger(inbound, policy)
+        allowed = self.rate_limiter.allow(inbound.transport, inbound.sender_id)
+        if not await self.state.accept(inbound, ignored=not allowed):
+            # Seen before (a redelivery after a restart): it costs the sender nothing.
+            if allowed:
+                self.rate_limiter.refund(inbound.transport, inbound.sender_id)
+            log.info("router.duplicate", transport=inbound.transport, message=inbound.message_id)
+            return _DROP
+        if allowed:
+            return Admitted(verdict=Verdict.TURN)
+        log.info("router.rate_limited", transport=inbound.transport, sender=inbound.sender_id)
+        minute = int(time.time() // 60)
+        if self.denied_reply and self._denied.add(f"{inbound.session_key}:{minute}"):
+            return Admitted(verdict=Verdict.ANSWER, reply=self.denied_reply)
+        return _DROP
+
+    async def _admitted(self, inbound: Inbound, policy: ChatPolicy) -> bool:
+        if policy.policy == "open" or inbound.sender_id in policy.allowlist:
+            return True
+        return await self.state.is_allowed(inbound.transport, inbound.sender_id)
+
+    async def _stranger(self, inbound: Inbound, policy: ChatPolicy) -> Admitted:
+        if policy.policy == "pairing":
+            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
+            given = await self.state.pairing_code(
+                inbound.transport, inbound.sender_id, inbound.chat_id, code, PAIRING_TTL
+            )
+            if given is None:
+                log.warning("router.pairing_full", transport=inbound.transport)
+                return _DROP
+            log.info("router.pairing_code", transport=inbound.transport, sender=inbound.sender_id)
+            return Admitted(
+                verdict=Verdict.ANSWER,
+                reply=f"I don't know you yet. Ask my owner to run: rousseau pair approve {given}\n"
+                "(the code is valid for one hour)",
+            )
+        if self._strangers.add(f"{inbound.transport}:{inbound.sender_id}"):
+            log.warning(
+                "router.ignored_sender",
+                transport=inbound.transport,
+                sender=inbound.sender_id,
+                hint=f"to admit them, add {inbound.sender_id!r} to {inbound.transport}.allowlist"
+                f" or set {inbound.transport}.policy: pairing",
+            )
+        return _DROP
+
+
+def chat_policies(config: object) -> dict[str, ChatPolicy]:
+    """The policy of each configured transport section."""
+    from rousseau.transports import TRANSPORTS
+
+    out: dict[str, ChatPolicy] = {}
+    for name in TRANSPORTS:
+        section = getattr(config, name, None)
+        if section is None:
+            continue
+        out[name] = ChatPolicy(
+            policy=getattr(section, "policy", "allowlist"),
+            allowlist=frozenset(section.allowlist),
+            require_mention=getattr(section, "require_mention", True),
+            reply_header=section.reply_header,
+        )
+    return out
