@@ -71,6 +71,9 @@ class _Item:
     inbound: Inbound
     replay: bool
     attempts: int = 0
+    """Failed tries that count towards giving up."""
+    waits: int = 0
+    """Tries that failed for want of disk space (never given up on)."""
 
 
 @dataclass(kw_only=True)
@@ -202,12 +205,13 @@ class Router:
         self._sessions.pop(key, None)  # what is in memory may not be on disk: reload it
         self.metrics.retries.labels("turn").inc()
         full = isinstance(exc, StoreFullError)
-        if not full:
+        if full:
+            item.waits += 1
+        else:
             item.attempts += 1
         if full or item.attempts < MAX_ATTEMPTS:
-            delay = min(RETRY_CAP, 0.5 * 2 ** max(item.attempts, 1)) * (
-                0.5 + secrets.randbelow(1000) / 1000
-            )
+            tries = item.attempts + item.waits
+            delay = min(RETRY_CAP, 0.25 * 2**tries) * (0.5 + secrets.randbelow(1000) / 1000)
             log.warning(
                 "router.turn_retry",
                 message=item.inbound.message_id,
@@ -245,7 +249,7 @@ class Router:
             session = await self._session(inbound)
             current_inbound.set(inbound)  # this task's context: tools see which chat asked
             with structlog.contextvars.bound_contextvars(session=session.id):
-                if item.replay or item.attempts:
+                if item.replay or item.attempts or item.waits:
                     if await self.state.was_appended(inbound):
                         done = await self.state.finished_reply(inbound, session.id)
                         if done is not None:  # answered before a stop, never queued
@@ -266,26 +270,29 @@ class Router:
         """The turn's answer, or an honest apology if the model failed or took too long.
         A store failure propagates: the message is then retried, not answered."""
         started = time.monotonic()
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._typing, inbound)
-                try:
-                    with anyio.fail_after(self.turn_timeout):
-                        response = await self.agent.turn(session)
-                finally:
-                    tg.cancel_scope.cancel()
-            text = response.message.text.strip()
-            self.metrics.tokens(response.usage)
-        except StoreError:
-            raise
-        except TimeoutError:
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._typing, inbound)
+            try:
+                with anyio.fail_after(self.turn_timeout):
+                    response = await self.agent.turn(session)
+            except Exception as exc:  # caught here, not wrapped in the task group's group
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if isinstance(failure, StoreError):
+            raise failure
+        if isinstance(failure, TimeoutError):
             log.warning("router.turn_timeout", timeout=self.turn_timeout)
             self.metrics.errors.labels(inbound.transport).inc()
             text = TIMEOUT_REPLY
-        except Exception:
-            log.exception("router.turn_failed")
+        elif failure is not None:
+            log.error("router.turn_failed", exc_info=failure)
             self.metrics.errors.labels(inbound.transport).inc()
             text = FAILED_REPLY
+        else:
+            text = response.message.text.strip()
+            self.metrics.tokens(response.usage)
         self.metrics.turn_seconds.observe(time.monotonic() - started)
         if not text:
             log.info("router.empty_reply")

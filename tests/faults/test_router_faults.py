@@ -1,0 +1,287 @@
+"""Faults injected into a running router on the in-memory transport and a real SQLite file:
+a full disk, a failing store, a poison message, a hung model, redeliveries after a restart,
+and a crash between saving an answer and queueing it."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from rousseau.agent import Agent, Message, Options, Request, Response, StoreError
+from rousseau.agent.testing import FunctionProvider, text_reply
+from rousseau.router import BROKEN_REPLY, TIMEOUT_REPLY, ChatPolicy, RateLimiter, Router
+from rousseau.state import Store
+from rousseau.state.daemon_state import DaemonState
+from rousseau.transports.base import MemoryTransport
+
+pytestmark = pytest.mark.anyio
+
+
+class Echo:
+    """Answers 'echo: <last user text>' and counts the calls per text."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.before: Callable[[str], Any] | None = None
+
+    async def __call__(self, request: Request) -> Response:
+        text = request.messages[-1].text
+        self.calls.append(text)
+        if self.before is not None:
+            await self.before(text)
+        return text_reply("echo: " + text[:100])
+
+
+@asynccontextmanager
+async def running(
+    store: Store,
+    provider: Any,
+    *,
+    names: tuple[str, ...] = ("memory",),
+    rate: tuple[int, float] = (1000, 1.0),
+    turn_timeout: float = 600.0,
+) -> AsyncIterator[tuple[Router, dict[str, MemoryTransport]]]:
+    transports = {name: MemoryTransport(name) for name in names}
+    router = Router(
+        agent=Agent(provider, options=Options(history=store)),
+        store=store,
+        transports=dict(transports),
+        policies={n: ChatPolicy(allowlist=frozenset({"user", "u2"})) for n in names},
+        rate_limiter=RateLimiter(rate, {}, 100),
+        denied_reply="slow down",
+        turn_timeout=turn_timeout,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(router.run)
+        for name, transport in transports.items():
+            await tg.start(transport.run, router.submit)
+            tg.start_soon(router.deliver, name)
+        with anyio.fail_after(60):
+            yield router, transports
+        tg.cancel_scope.cancel()
+
+
+def texts(transport: MemoryTransport) -> list[str]:
+    return [m.text for m in transport.sent]
+
+
+async def settle(transport: MemoryTransport, count: int) -> list[str]:
+    await transport.wait_sent(count)
+    await anyio.sleep(0.3)  # anything sent twice would show up by now
+    return texts(transport)
+
+
+async def test_a_full_disk_mid_turn_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    model = Echo()
+    space = anyio.Event()
+
+    async def fill_the_disk_once(text: str) -> None:
+        if not space.is_set():  # the first turn: the disk fills up under it
+            space.set()
+            await store.call(
+                lambda db: db.execute(
+                    "PRAGMA max_page_count = " + str(db.execute("PRAGMA page_count").fetchone()[0])
+                )
+            )
+
+    model.before = fill_the_disk_once
+    big = "x" * 30_000  # each message needs new pages
+    acknowledged: list[str] = []
+    refused: list[str] = []
+    with capture_logs() as logs:
+        async with running(store, FunctionProvider(model)) as (_, transports):
+            t = transports["memory"]
+            for i in range(6):
+                try:
+                    await t.inject(f"m{i} {big}", message_id=f"id{i}")
+                    acknowledged.append(f"m{i}")
+                except StoreError:
+                    refused.append(f"m{i}")  # not acknowledged: the platform redelivers it
+            assert refused, "with the disk full, new messages are not taken"
+            await anyio.sleep(0.5)
+            await store.call(lambda db: db.execute("PRAGMA max_page_count = 1073741823"))
+            for name in refused:  # the platform's redelivery
+                await t.inject(f"{name} {big}", message_id=f"id{name[1:]}")
+            sent = await settle(t, 6)
+    assert sorted(s.split()[1] for s in sent) == [f"m{i}" for i in range(6)]
+    assert len(sent) == 6, "every message answered exactly once"
+    assert all(s.startswith("echo: m") for s in sent)
+    assert [e["event"] for e in logs].count("store.full") >= 1, "the full disk was logged"
+    store.close()
+
+
+async def test_a_store_error_finishing_a_turn_spares_the_other_transport(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "s.db")
+    model = Echo()
+    real_finish = DaemonState.finish
+    failures = {"a": 2}
+
+    async def flaky_finish(self: DaemonState, inbound: Any, parts: Any, **kw: Any) -> None:
+        if inbound is not None and inbound.transport == "a" and failures["a"]:
+            failures["a"] -= 1
+            raise StoreError("session store: disk I/O error")
+        await real_finish(self, inbound, parts, **kw)
+
+    monkeypatch.setattr(DaemonState, "finish", flaky_finish)
+    async with running(store, FunctionProvider(model), names=("a", "b")) as (_, transports):
+        await transports["a"].inject("to a", message_id="a1")
+        await transports["b"].inject("to b", message_id="b1")
+        assert await settle(transports["b"], 1) == ["echo: to b"]
+        assert await settle(transports["a"], 1) == ["echo: to a"]
+    assert model.calls.count("to a") == 1, "the finished turn was not run again"
+    store.close()
+
+
+async def test_a_store_error_in_delivery_retries_and_sends_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "s.db")
+    real_due = DaemonState.due
+    failures = [2]
+
+    async def flaky_due(self: DaemonState, transport: str, *a: Any, **kw: Any) -> Any:
+        if transport == "a" and failures[0]:
+            failures[0] -= 1
+            raise StoreError("session store: database is locked")
+        return await real_due(self, transport, *a, **kw)
+
+    monkeypatch.setattr(DaemonState, "due", flaky_due)
+    async with running(store, FunctionProvider(Echo()), names=("a", "b")) as (_, transports):
+        await transports["a"].inject("to a")
+        await transports["b"].inject("to b")
+        assert await settle(transports["b"], 1) == ["echo: to b"]
+        assert await settle(transports["a"], 1) == ["echo: to a"]
+    store.close()
+
+
+async def test_a_poison_message_fails_alone_and_the_next_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rousseau.router
+
+    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
+    store = Store(tmp_path / "s.db")
+    real_append = Router._append_user
+
+    async def poisoned(self: Router, session: Any, inbound: Any) -> None:
+        if "poison" in inbound.text:
+            raise ValueError("cannot handle this message")
+        await real_append(self, session, inbound)
+
+    monkeypatch.setattr(Router, "_append_user", poisoned)
+    with capture_logs() as logs:
+        async with running(store, FunctionProvider(Echo())) as (_, transports):
+            t = transports["memory"]
+            await t.inject("poison", message_id="p")
+            await t.inject("fine", message_id="f")
+            sent = await settle(t, 2)
+    assert sent == [BROKEN_REPLY, "echo: fine"], "the user is told once, then served"
+    row = store.call_sync(
+        lambda db: db.execute("SELECT status, error FROM inbox WHERE message_id = 'p'").fetchone()
+    )
+    assert row[0] == "failed" and "ValueError: cannot handle this message" in row[1]
+    failed = [e for e in logs if e["event"] == "router.message_failed"]
+    assert len(failed) == 1 and failed[0]["exc_info"]  # logged with its traceback
+    store.close()
+
+
+async def test_a_hung_model_times_out_and_the_user_is_told(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+
+    async def never(request: Request) -> Response:
+        if "hang" in request.messages[-1].text:
+            await anyio.sleep_forever()
+        return text_reply("fine")
+
+    async with running(store, FunctionProvider(never), turn_timeout=0.5) as (_, transports):
+        t = transports["memory"]
+        await t.inject("hang")
+        await t.inject("and then?")
+        assert await settle(t, 2) == [TIMEOUT_REPLY, "fine"]
+    store.close()
+
+
+async def test_redeliveries_after_a_restart_cost_the_sender_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = Store(path)
+    model = Echo()
+    async with running(store, FunctionProvider(model), rate=(20, 60.0)) as (_, transports):
+        for i in range(20):
+            await transports["memory"].inject(f"m{i}", message_id=f"id{i}")
+        await settle(transports["memory"], 20)
+    store.close()
+    store = Store(path)
+    async with running(store, FunctionProvider(model), rate=(20, 60.0)) as (_, transports):
+        t = transports["memory"]
+        for i in range(20):  # the platform delivers them all again after the restart
+            await t.inject(f"m{i}", message_id=f"id{i}")
+        await t.inject("new one", message_id="new")
+        assert await settle(t, 1) == ["echo: new one"]
+    assert len(model.calls) == 21
+    store.close()
+
+
+async def test_a_turn_finished_before_a_crash_is_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer was saved, then the process died before the reply was queued: the replay
+    queues that answer; it does not run a turn on top of the model's own reply."""
+    path = tmp_path / "s.db"
+    store = Store(path)
+    model = Echo()
+    crashed = anyio.Event()
+
+    async def crash(self: DaemonState, inbound: Any, parts: Any, **kw: Any) -> None:
+        crashed.set()
+        await anyio.sleep_forever()  # the process dies here, before the commit
+
+    real_finish = DaemonState.finish
+    monkeypatch.setattr(DaemonState, "finish", crash)
+    async with running(store, FunctionProvider(model)) as (_, transports):
+        await transports["memory"].inject("hello", message_id="h1")
+        await crashed.wait()
+    store.close()
+    monkeypatch.setattr(DaemonState, "finish", real_finish)
+    store = Store(path)
+    async with running(store, FunctionProvider(model)) as (_, transports):
+        assert await settle(transports["memory"], 1) == ["echo: hello"]
+    assert model.calls == ["hello"]
+    store.close()
+
+
+async def test_a_crash_mid_tool_loop_replays_the_turn(tmp_path: Path) -> None:
+    """Only a finished answer counts: a turn cut short (its last message is not a final
+    answer) is run again at the next start."""
+    path = tmp_path / "s.db"
+    store = Store(path)
+    await store.create_session("s1")
+    await store.append_message("s1", Message.user("q"))
+    await store.flush()
+
+    def op(db: sqlite3.Connection) -> None:
+        db.execute(
+            "INSERT INTO inbox (transport, message_id, chat_id, sender_id, text, at, status,"
+            " appended, received_at) VALUES ('memory', 'x', 'chat', 'user', 'q', 0, 'pending',"
+            " (SELECT max(id) FROM messages), 0)"
+        )
+        db.execute(
+            "INSERT INTO chat_sessions (session_key, session_id, updated_at)"
+            " VALUES ('memory:chat', 's1', 0)"
+        )
+
+    store.call_sync(op, write=True)
+    model = Echo()
+    async with running(store, FunctionProvider(model)) as (_, transports):
+        assert await settle(transports["memory"], 1) == ["echo: q"]
+    assert model.calls == ["q"]
+    store.close()
