@@ -1,7 +1,9 @@
 """A transport of your own: the Transport protocol, run by the daemon like any platform.
 
 This one takes its messages from a list and prints the replies; a real adapter would read a
-platform's events in `run` and call its API in `send`.
+platform's events in `run` and call its API in `send`, and raise `TransportError` when the
+platform fails (the daemon retries) or `TransportAuthError` when it refuses the credentials
+(the daemon stops this transport and shows the message).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.log import configure_logging
 from rousseau.router import ChatPolicy
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound
 
 
 class ListTransport:
     name = "list"
     max_length = 4096  # the platform's message limit; longer replies arrive split
     measure = staticmethod(len)
+    connected: bool
 
     def __init__(self, messages: list[str]) -> None:
         self.messages = messages
@@ -31,6 +34,12 @@ class ListTransport:
         self.answered = anyio.Event()
         self.connected = False
         self._stop = anyio.Event()
+
+    def bind_state(self, state: KeyValue) -> None:
+        pass  # where a platform's sync position or login would be kept across restarts
+
+    async def check(self) -> str:
+        return "a list"  # `rousseau doctor`: one harmless call proving the credentials
 
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -57,6 +66,9 @@ class ListTransport:
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         pass  # no typing indicator on this platform
+
+    async def aclose(self) -> None:
+        pass  # close HTTP sessions and clients here
 
 
 async def main() -> None:

@@ -661,21 +661,18 @@ def _doctor_transports(config: Config, report: Callable[[bool, str, str], None])
         report(False, "transport", str(exc))
         return
     for name, transport in transports.items():
-        check = getattr(transport, "check", None)
-        if check is None:
-            continue
 
-        async def run(probe: Callable[[], Any] = check, transport: Any = transport) -> str:
+        async def run(transport: Any = transport) -> str:
             try:
                 with anyio.fail_after(20):
-                    return str(await probe())
+                    return str(await transport.check())
             finally:
-                aclose = getattr(transport, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                await transport.aclose()
 
         try:
             report(True, name, f"connected as {anyio.run(run)}")
+        except RousseauError as exc:  # ours name the key to fix, secrets masked
+            report(False, name, str(exc))
         except Exception as exc:
             report(False, name, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 

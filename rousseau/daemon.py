@@ -99,9 +99,7 @@ class Daemon:
             provider: Provider | None = None
             try:
                 for name, transport in self.transports.items():
-                    bind = getattr(transport, "bind_state", None)
-                    if bind is not None:
-                        bind(TransportState(store, name))
+                    transport.bind_state(TransportState(store, name))
                 if self.provider is not None:
                     provider, name, why = self.provider, self.provider.name, "given by the caller"
                 else:
@@ -138,9 +136,7 @@ class Daemon:
 
         async with anyio.create_task_group() as tg:
             for name, transport in self.transports.items():
-                aclose = getattr(transport, "aclose", None)
-                if aclose is not None:
-                    tg.start_soon(close, name, aclose)
+                tg.start_soon(close, name, transport.aclose)
             closer = getattr(provider, "aclose", None)
             if closer is not None:
                 tg.start_soon(close, "provider", closer)

@@ -290,4 +290,5 @@ def test_doctor_checks_the_telegram_token(daemon: Daemon, telegram: FakeTelegram
         text=True,
     )
     assert bad.returncode == 1
-    assert "FAIL  telegram   InvalidToken" in bad.stdout, bad.stdout
+    assert "FAIL  telegram   telegram.token: the bot token was rejected" in bad.stdout, bad.stdout
+    assert "999:wrong" not in bad.stdout + bad.stderr

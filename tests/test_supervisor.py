@@ -8,9 +8,9 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau.config import load_config
+from rousseau.config import Config, load_config
 from rousseau.daemon import Daemon, sd_notify
-from rousseau.router import ChatPolicy
+from rousseau.policy import ChatPolicy
 from rousseau.transports.base import MemoryTransport
 from rousseau.transports.telegram import TelegramTransport
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
@@ -23,12 +23,8 @@ def echo(recorded: Recorded) -> Reply:
     return openai_stream(openai_completion("echo: " + recorded.body["messages"][-1]["content"]))
 
 
-async def test_bad_token_retries_while_another_transport_serves(
-    tmp_path: Path, fake_llm: FakeLLMServer
-) -> None:
-    fake_llm.responder = echo
-    telegram = FakeTelegram(token="111:right").start()
-    config = load_config(
+def _config(tmp_path: Path, fake_llm: FakeLLMServer) -> Config:
+    return load_config(
         None,
         {
             "HOME": str(tmp_path),
@@ -39,10 +35,17 @@ async def test_bad_token_retries_while_another_transport_serves(
             "ROUSSEAU_AGENT_WORKSPACE": str(tmp_path / "ws"),
         },
     )
+
+
+async def test_a_rejected_token_stops_its_transport_while_another_serves(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.responder = echo
+    telegram = FakeTelegram(token="111:right").start()
     memory = MemoryTransport()
     broken = TelegramTransport("222:wrong", base_url=telegram.url)
     daemon = Daemon(
-        config,
+        _config(tmp_path, fake_llm),
         transports={"telegram": broken, "memory": memory},
         chat_policies={"memory": ChatPolicy(policy="open")},
     )
@@ -53,20 +56,52 @@ async def test_bad_token_retries_while_another_transport_serves(
                 with anyio.fail_after(20):
                     while not memory.connected:
                         await anyio.sleep(0.02)
+                    while "transport.stopped" not in [e["event"] for e in logs]:
+                        await anyio.sleep(0.05)
                     await memory.inject("still here?")
                     [out] = await memory.wait_sent(1)
-                    while sum(e["event"] == "transport.failed" for e in logs) < 2:
-                        await anyio.sleep(0.05)
-                    await memory.inject("and now?")
-                    await memory.wait_sent(2)
                 daemon.stop()
     finally:
         telegram.stop()
     assert out.text == "echo: still here?"
-    failures = [e for e in logs if e["event"] == "transport.failed"]
-    assert all(
-        e["transport"] == "telegram" and "token was rejected" in e["error"] for e in failures
+    [stopped] = [e for e in logs if e["event"] == "transport.stopped"]
+    assert stopped["transport"] == "telegram"
+    assert stopped["error"].startswith("telegram.token: the bot token was rejected")
+    assert "222:wrong" not in str(logs)
+    # Permanent: not retried with backoff.
+    assert not [e for e in logs if e["event"] in ("transport.failed", "transport.restart")]
+    assert not broken.connected
+
+
+async def test_an_unreachable_platform_retries_while_another_serves(
+    tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    from tests.helpers import free_port
+
+    fake_llm.responder = echo
+    memory = MemoryTransport()
+    unreachable = TelegramTransport("111:right", base_url=f"http://127.0.0.1:{free_port()}")
+    daemon = Daemon(
+        _config(tmp_path, fake_llm),
+        transports={"telegram": unreachable, "memory": memory},
+        chat_policies={"memory": ChatPolicy(policy="open")},
     )
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.run)
+            with anyio.fail_after(20):
+                while not memory.connected:
+                    await anyio.sleep(0.02)
+                await memory.inject("still here?")
+                [out] = await memory.wait_sent(1)
+                while sum(e["event"] == "transport.failed" for e in logs) < 2:
+                    await anyio.sleep(0.05)
+                await memory.inject("and now?")
+                await memory.wait_sent(2)
+            daemon.stop()
+    assert out.text == "echo: still here?"
+    failures = [e for e in logs if e["event"] == "transport.failed"]
+    assert all(e["transport"] == "telegram" for e in failures)
     restarts = [e for e in logs if e["event"] == "transport.restart"]
     assert [e["attempt"] for e in restarts[:2]] == [1, 2]
     assert "daemon.stopped" in [e["event"] for e in logs]

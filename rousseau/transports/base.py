@@ -8,9 +8,12 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import quote
 
 import anyio
 from anyio.abc import TaskStatus
+
+from rousseau.agent import TransportError
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -84,7 +87,12 @@ class MemoryKeyValue:
 
 
 class Transport(Protocol):
-    """A messaging platform adapter. The daemon supervises `run`; `send` delivers the outbox."""
+    """A messaging platform adapter. The daemon supervises `run`; `send` delivers the outbox.
+
+    Failures are `TransportError`s (retried with backoff); a credential the platform rejects
+    is a `TransportAuthError` naming the config key to fix (the supervisor stops the
+    transport). Neither ever carries the secret itself.
+    """
 
     name: str
     max_length: int
@@ -96,6 +104,11 @@ class Transport(Protocol):
 
     @property
     def connected(self) -> bool: ...
+
+    def bind_state(self, state: KeyValue) -> None:
+        """Where to keep small durable state (the daemon binds one in the store before `run`);
+        a no-op for a transport with nothing to keep."""
+        ...
 
     async def run(
         self,
@@ -119,15 +132,38 @@ class Transport(Protocol):
         """Show that a reply is being written, where the platform can."""
         ...
 
+    async def check(self) -> str:
+        """One harmless call proving the credentials work (`rousseau doctor`); says who the
+        transport is, as the platform knows it."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what outlives `run` (HTTP sessions, clients); safe to call twice."""
+        ...
+
+
+def describe(error: BaseException | str, *secrets: str | None) -> str:
+    """An SDK error as one line to put in a message, every secret masked: SDK texts sometimes
+    quote the token, or a URL that carries it."""
+    text = error if isinstance(error, str) else str(error) or type(error).__name__
+    for secret in secrets:
+        if secret:
+            for form in (secret, quote(secret, safe="")):
+                text = text.replace(form, "***")
+    return " ".join(text.split())
+
 
 class MemoryTransport:
     """An in-memory transport for tests and embedding: `inject` messages, read `sent`."""
 
+    name: str
+    max_length: int
     measure = staticmethod(len)
 
     def __init__(self, name: str = "memory", max_length: int = 4096) -> None:
         self.name = name
         self.max_length = max_length
+        self.state: KeyValue = MemoryKeyValue()
         self.sent: list[Outbound] = []
         self.typing_in: list[str] = []
         self.fail_sends = 0
@@ -141,6 +177,9 @@ class MemoryTransport:
     @property
     def connected(self) -> bool:
         return self._connected
+
+    def bind_state(self, state: KeyValue) -> None:
+        self.state = state
 
     async def run(
         self,
@@ -189,12 +228,18 @@ class MemoryTransport:
     async def send(self, message: Outbound) -> None:
         if self.fail_sends > 0:
             self.fail_sends -= 1
-            raise ConnectionError("memory transport: simulated send failure")
+            raise TransportError(f"{self.name}: simulated send failure")
         self.sent.append(message)
         self._sent_event.set()
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         self.typing_in.append(chat_id)
+
+    async def check(self) -> str:
+        return self.name
+
+    async def aclose(self) -> None:
+        pass
 
     async def wait_sent(self, count: int) -> list[Outbound]:
         """Wait until at least `count` parts were sent (bound it with fail_after); return all."""

@@ -13,10 +13,11 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 
 try:
+    import aiohttp
     import discord
     import yarl
     from discord.gateway import DiscordWebSocket
@@ -27,6 +28,8 @@ log = structlog.get_logger("rousseau.discord")
 ANSWER_ID = "rousseau_answer:"
 
 MAX_LENGTH = 2000
+_FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError)
+_REJECTED_TOKEN = "set the bot token from the Developer Portal (Bot > Reset Token)"
 
 
 class DiscordTransport:
@@ -50,6 +53,28 @@ class DiscordTransport:
     def connected(self) -> bool:
         c = self._client
         return c is not None and c.is_ready() and not c.is_closed() and c.ws is not None
+
+    def bind_state(self, state: KeyValue) -> None:
+        """discord.py resumes sessions in memory; nothing is kept across restarts."""
+
+    def _failed(self, doing: str, exc: BaseException) -> TransportError:
+        """discord.py's error in rousseau's tree; a refused token is permanent."""
+        if isinstance(exc, discord.LoginFailure) or (
+            isinstance(exc, discord.HTTPException) and exc.status == 401
+        ):
+            return TransportAuthError(
+                f"discord.token: the bot token was rejected (HTTP 401); {_REJECTED_TOKEN}"
+            )
+        if isinstance(exc, discord.PrivilegedIntentsRequired):
+            return TransportAuthError(
+                "discord.token: this bot may not read messages (gateway close 4014); enable "
+                "Message Content Intent on the Developer Portal's Bot page"
+            )
+        if isinstance(exc, discord.ConnectionClosed) and exc.code == 4004:
+            return TransportAuthError(
+                f"discord.token: the gateway rejected the bot token (close 4004); {_REJECTED_TOKEN}"
+            )
+        return TransportError(f"discord: {doing} ({describe(exc, self.token)})")
 
     def _make_client(self, handler: InboundHandler) -> discord.Client:
         intents = discord.Intents.default()
@@ -100,27 +125,35 @@ class DiscordTransport:
     ) -> None:
         self._ready, self._stop = anyio.Event(), anyio.Event()
         client = self._client = self._make_client(handler)
+        failed: list[TransportError] = []
         try:
-            await client.login(self.token)
-        except discord.LoginFailure as exc:
-            await client.close()
-            raise ConnectionError(f"discord: the bot token was rejected ({exc})") from exc
-        except (discord.HTTPException, OSError) as exc:
-            await client.close()
-            raise ConnectionError(f"discord: cannot reach the API ({exc})") from exc
-        try:
+            try:
+                await client.login(self.token)
+            except _FAILURES as exc:
+                raise self._failed("cannot reach the API", exc) from exc
             async with anyio.create_task_group() as tg:
 
                 async def connect() -> None:
-                    await client.connect(reconnect=True)
-                    self._stop.set()  # the client gave up or was closed
+                    try:
+                        await client.connect(reconnect=True)
+                    except _FAILURES as exc:
+                        failed.append(self._failed("the gateway connection failed", exc))
+                    finally:  # the client gave up, failed or was closed
+                        self._ready.set()
+                        self._stop.set()
 
                 tg.start_soon(connect)
-                with anyio.fail_after(60):
+                with anyio.move_on_after(60) as waiting:
                     await self._ready.wait()
-                task_status.started()
-                await self._stop.wait()
+                if not failed and not client.is_ready():
+                    why = "was not ready in 60 s" if waiting.cancelled_caught else "closed early"
+                    failed.append(TransportError(f"discord: the gateway {why}"))
+                if not failed:
+                    task_status.started()
+                    await self._stop.wait()
                 tg.cancel_scope.cancel()
+            if failed:
+                raise failed[0]
         finally:
             with anyio.CancelScope(shield=True):
                 await client.close()
@@ -154,7 +187,10 @@ class DiscordTransport:
         assert self._client is not None, "the transport is not running"
         channel = self._client.get_channel(int(chat_id))
         if channel is None:
-            channel = await self._client.fetch_channel(int(chat_id))
+            try:
+                channel = await self._client.fetch_channel(int(chat_id))
+            except _FAILURES as exc:
+                raise self._failed(f"cannot find channel {chat_id}", exc) from exc
         return channel
 
     async def send(self, message: Outbound) -> None:
@@ -181,12 +217,15 @@ class DiscordTransport:
                 allowed_mentions=discord.AllowedMentions.none(),
                 view=view,
             )
-        except discord.HTTPException as exc:
-            raise ConnectionError(f"discord: sending failed ({exc})") from exc
+        except _FAILURES as exc:
+            raise self._failed("sending failed", exc) from exc
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         channel = await self._channel(chat_id)
-        await channel.typing()
+        try:
+            await channel.typing()
+        except _FAILURES as exc:
+            raise self._failed("typing failed", exc) from exc
 
     async def stop(self) -> None:
         self._stop.set()
@@ -197,7 +236,11 @@ class DiscordTransport:
         try:
             await client.login(self.token)
             return f"@{client.user}"
-        except discord.LoginFailure as exc:
-            raise ConnectionError(f"discord: the bot token was rejected ({exc})") from exc
+        except _FAILURES as exc:
+            raise self._failed("cannot reach the API", exc) from exc
         finally:
             await client.close()
+
+    async def aclose(self) -> None:
+        if self._client is not None and not self._client.is_closed():
+            await self._client.close()

@@ -21,7 +21,15 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.agent import TransportAuthError, TransportError
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    MemoryKeyValue,
+    Outbound,
+    describe,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -33,8 +41,8 @@ PAGE = 100
 _ATTACHMENT_MARK = "\ufffc"
 
 
-class IMessageError(ConnectionError):
-    pass
+class IMessageError(TransportError):
+    """The BlueBubbles server could not be reached or refused a call."""
 
 
 def is_group_chat(chat_guid: str) -> bool:
@@ -92,15 +100,20 @@ class IMessageTransport:
                 method, path, params={"password": self.password}, json=body
             )
         except httpx.HTTPError as exc:
-            raise IMessageError(f"imessage: {path}: {type(exc).__name__} {exc}") from None
+            detail = describe(f"{type(exc).__name__} {exc}", self.password)
+            raise IMessageError(f"imessage: {path}: {detail}") from None
+        if response.status_code == 401:
+            raise TransportAuthError(
+                "imessage.password: the BlueBubbles server answered HTTP 401 (wrong password); "
+                "set the server's password"
+            )
         try:
             payload = response.json()
         except ValueError:
             payload = {}
         if response.status_code != 200:
             detail = payload.get("error", {}).get("message") or payload.get("message") or ""
-            if response.status_code == 401:
-                detail = "wrong password"
+            detail = describe(str(detail), self.password)
             raise IMessageError(f"imessage: {path}: HTTP {response.status_code} {detail}".strip())
         return payload.get("data")
 

@@ -25,7 +25,15 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.agent import TransportAuthError, TransportError
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    MemoryKeyValue,
+    Outbound,
+    describe,
+)
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient
@@ -42,10 +50,12 @@ _BLOCKS = frozenset(
     "p div br tr li ul ol h1 h2 h3 h4 h5 h6 pre table section article header footer".split()
 )
 _SKIP = frozenset({"script", "style", "head", "title"})
+_TRY_LATER = ("[UNAVAILABLE]", "[INUSE]")
+"""IMAP response codes (RFC 5530) of a login refused for now, not for good."""
 
 
-class MailError(ConnectionError):
-    pass
+class MailError(TransportError):
+    """The IMAP or SMTP server could not be reached or refused a command."""
 
 
 # -- reading a message --------------------------------------------------------------------
@@ -237,6 +247,9 @@ class EmailTransport:
         self.password = password
         self.smtp_username = smtp_username if smtp_username is not None else username
         self.smtp_password = smtp_password if smtp_password is not None else password
+        self._smtp_key = (
+            "email.smtp_password" if smtp_password is not None else "email.imap_password"
+        )
         self.address = (from_addr or username).lower()
         if "@" not in self.address:
             raise ValueError("email: set `from` to the bot's address")
@@ -254,6 +267,19 @@ class EmailTransport:
 
     def bind_state(self, state: KeyValue) -> None:
         self._state = state
+
+    def _text(self, exc: BaseException | str) -> str:
+        return describe(exc, self.password, self.smtp_password)
+
+    def _smtp_failed(self, doing: str, exc: Exception) -> TransportError:
+        import aiosmtplib
+
+        if isinstance(exc, aiosmtplib.SMTPAuthenticationError):
+            return TransportAuthError(
+                f"{self._smtp_key}: the SMTP server refused the login of {self.smtp_username} "
+                f"({exc.code} {self._text(exc.message)}); set the right password"
+            )
+        return MailError(f"email: {doing}: {self._text(exc)}")
 
     @property
     def connected(self) -> bool:
@@ -274,15 +300,18 @@ class EmailTransport:
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+        except TransportError:
+            raise  # already ours (and a ConnectionError, so an OSError)
         except (OSError, EOFError) as exc:
-            raise MailError(f"email: IMAP {fn.__name__} failed: {exc}") from exc
+            raise MailError(f"email: IMAP {fn.__name__} failed: {self._text(exc)}") from exc
         except Exception as exc:
             if type(exc).__module__.startswith(("imaplib", "imapclient")):
-                raise MailError(f"email: IMAP {fn.__name__} failed: {exc}") from exc
+                raise MailError(f"email: IMAP {fn.__name__} failed: {self._text(exc)}") from exc
             raise
 
     def _connect(self) -> IMAPClient:
         from imapclient import IMAPClient
+        from imapclient.exceptions import LoginError
 
         client = IMAPClient(
             self.imap_host,
@@ -294,7 +323,16 @@ class EmailTransport:
         try:
             if self.security == "starttls":
                 client.starttls(self._tls)
-            client.login(self.username, self.password)
+            try:
+                client.login(self.username, self.password)
+            except LoginError as exc:
+                detail = self._text(_decoded(exc))
+                if any(code in detail for code in _TRY_LATER):
+                    raise
+                raise TransportAuthError(
+                    f"email: IMAP login failed for {self.username} ({detail}); set the right "
+                    "email.imap_password (and email.imap_username)"
+                ) from exc
             client.select_folder(self.mailbox)
         except BaseException:
             client.shutdown()
@@ -450,7 +488,7 @@ class EmailTransport:
                 **self._smtp(),
             )
         except (aiosmtplib.SMTPException, OSError) as exc:
-            raise MailError(f"email: sending to {message.chat_id} failed: {exc}") from exc
+            raise self._smtp_failed(f"sending to {message.chat_id} failed", exc) from exc
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         return None  # mail has no typing indicator
@@ -471,8 +509,17 @@ class EmailTransport:
                 await smtp.login(self.smtp_username, self.smtp_password)
             await smtp.quit()
         except (aiosmtplib.SMTPException, OSError) as exc:
-            raise MailError(f"email: SMTP {self.smtp_host}:{self.smtp_port}: {exc}") from exc
+            raise self._smtp_failed(f"SMTP {self.smtp_host}:{self.smtp_port}", exc) from exc
         return f"{self.address} (IMAP {self.imap_host}:{self.imap_port}, SMTP {self.smtp_port})"
+
+    async def aclose(self) -> None:
+        """The IMAP connection ends with `run`, and each mail is sent on a fresh SMTP one."""
+
+
+def _decoded(exc: Exception) -> str:
+    """imaplib's error text, which arrives as the repr of the server's bytes."""
+    text = str(exc)
+    return text[2:-1] if text[:2] in ("b'", 'b"') else text
 
 
 def _shutdown(client: IMAPClient) -> None:

@@ -15,16 +15,18 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError
+from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
     KeyValue,
     MemoryKeyValue,
     Outbound,
+    describe,
 )
 
 try:
+    import aiohttp
     import markdown
     import nio
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -34,6 +36,11 @@ log = structlog.get_logger("rousseau.matrix")
 
 MAX_LENGTH = 16_000  # Matrix events may be 64 KiB; replies stay readable well below that
 SYNC_TIMEOUT_MS = 30_000
+MAX_TIMEOUTS = 5
+"""Connection failures nio retries (backing off) before they reach the supervisor."""
+_FAILURES = (nio.exceptions.ProtocolError, aiohttp.ClientError, OSError, TimeoutError)
+_TOKEN_REFUSED = frozenset({"M_UNKNOWN_TOKEN", "M_MISSING_TOKEN"})
+_LOGIN_REFUSED = frozenset({"M_FORBIDDEN", "M_USER_DEACTIVATED", "M_INVALID_USERNAME"})
 
 
 class MatrixTransport:
@@ -75,6 +82,27 @@ class MatrixTransport:
     def connected(self) -> bool:
         return self._connected
 
+    def _client_for(self) -> nio.AsyncClient:
+        config = nio.AsyncClientConfig(max_timeouts=MAX_TIMEOUTS)
+        return nio.AsyncClient(self.homeserver_url, self.user_id, config=config)
+
+    async def _refused(self, doing: str, reply: Any) -> TransportError:
+        """An error answer in rousseau's tree. A refused token from the config is permanent;
+        a refused saved login is forgotten, so the next start logs in afresh."""
+        code, detail = reply.status_code, describe(str(reply.message), self.access_token)
+        if code in _TOKEN_REFUSED:
+            if self.access_token:
+                return TransportAuthError(
+                    f"matrix.access_token: the homeserver rejected the access token ({code}); "
+                    f"set a valid token for {self.user_id}"
+                )
+            await self.state.set("session", "")
+            return TransportError(f"matrix: the saved login was revoked ({code}); logging in again")
+        return TransportError(f"matrix: {doing} failed ({code} {detail})")
+
+    def _unreachable(self, exc: BaseException) -> TransportError:
+        return TransportError(f"matrix: {describe(exc, self.access_token, self.password)}")
+
     async def _login(self, client: nio.AsyncClient) -> None:
         saved = await self.state.get("session")
         if self.access_token:
@@ -89,7 +117,12 @@ class MatrixTransport:
         else:
             reply = await client.login(password=self.password, device_name="rousseau")
             if not isinstance(reply, nio.LoginResponse):
-                raise ConnectionError(f"matrix: login failed ({reply.message})")
+                if reply.status_code in _LOGIN_REFUSED:
+                    raise TransportAuthError(
+                        f"matrix.password: the homeserver refused the login of {self.user_id} "
+                        f"({reply.status_code}); set the account's password"
+                    )
+                raise await self._refused("login", reply)
             await self.state.set(
                 "session",
                 json.dumps(
@@ -102,9 +135,7 @@ class MatrixTransport:
             )
         who = await client.whoami()
         if not isinstance(who, nio.WhoamiResponse):
-            if saved and not self.access_token:
-                await self.state.set("session", "")  # a revoked saved token: log in afresh
-            raise ConnectionError(f"matrix: the access token was rejected ({who.message})")
+            raise await self._refused("whoami", who)
         name = await client.get_displayname(self.user_id)
         self._display_name = getattr(name, "displayname", None) or ""
 
@@ -112,7 +143,7 @@ class MatrixTransport:
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         self._stop = anyio.Event()
-        client = self._client = nio.AsyncClient(self.homeserver_url, self.user_id)
+        client = self._client = self._client_for()
         try:
             await self._login(client)
             since = await self.state.get("since")
@@ -120,7 +151,7 @@ class MatrixTransport:
                 # First start: take the current position; history before it is not answered.
                 first = await client.sync(timeout=0, full_state=True)
                 if not isinstance(first, nio.SyncResponse):
-                    raise ConnectionError(f"matrix: sync failed ({first.message})")
+                    raise await self._refused("sync", first)
                 await self._invites(client, first)
                 since = first.next_batch
                 await self.state.set("since", since)
@@ -132,13 +163,15 @@ class MatrixTransport:
                 while not self._stop.is_set():
                     reply = await client.sync(timeout=SYNC_TIMEOUT_MS, since=since)
                     if not isinstance(reply, nio.SyncResponse):
-                        raise ConnectionError(f"matrix: sync failed ({reply.message})")
+                        raise await self._refused("sync", reply)
                     await self._invites(client, reply)
                     await self._messages(client, reply, handler)
                     since = reply.next_batch
                     await self.state.set("since", since)  # only after every event was taken
-        except (nio.exceptions.ProtocolError, OSError) as exc:
-            raise ConnectionError(f"matrix: {exc}") from exc
+        except TransportError:
+            raise  # already ours (and a ConnectionError, which _FAILURES would catch)
+        except _FAILURES as exc:
+            raise self._unreachable(exc) from exc
         finally:
             self._connected = False
             with anyio.CancelScope(shield=True):
@@ -210,13 +243,19 @@ class MatrixTransport:
             "format": "org.matrix.custom.html",
             "formatted_body": markdown.markdown(message.text, extensions=["fenced_code"]),
         }
-        reply = await self._client.room_send(message.chat_id, "m.room.message", content)
+        try:
+            reply = await self._client.room_send(message.chat_id, "m.room.message", content)
+        except _FAILURES as exc:
+            raise self._unreachable(exc) from exc
         if not isinstance(reply, nio.RoomSendResponse):
-            raise ConnectionError(f"matrix: sending failed ({reply.message})")
+            raise await self._refused("sending", reply)
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         if self._client is not None:
-            await self._client.room_typing(chat_id, True, timeout=10_000)
+            try:
+                await self._client.room_typing(chat_id, True, timeout=10_000)
+            except _FAILURES as exc:
+                raise self._unreachable(exc) from exc
 
     async def stop(self) -> None:
         self._stop.set()
@@ -226,9 +265,17 @@ class MatrixTransport:
 
     async def check(self) -> str:
         """whoami with the configured credentials: proves the homeserver and the login."""
-        client = nio.AsyncClient(self.homeserver_url, self.user_id)
+        client = self._client_for()
         try:
             await self._login(client)
             return self.user_id
+        except TransportError:
+            raise
+        except _FAILURES as exc:
+            raise self._unreachable(exc) from exc
         finally:
             await client.close()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()

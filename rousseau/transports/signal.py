@@ -17,7 +17,8 @@ import anyio
 import structlog
 from anyio.abc import Process, TaskStatus
 
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.agent import TransportAuthError, TransportError
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound
 
 log = structlog.get_logger("rousseau.signal")
 
@@ -25,10 +26,12 @@ MAX_LENGTH = 2000
 GROUP_PREFIX = "group:"
 _MENTION_MARK = "\ufffc"  # where signal puts a mention in the text
 _REQUEST_TIMEOUT = 30.0
+_UNREGISTERED = ("is not registered", "authorization failed")
+"""What signal-cli says when its account was never registered or linked, or was dropped."""
 
 
-class SignalError(ConnectionError):
-    pass
+class SignalError(TransportError):
+    """signal-cli could not be run, exited, or answered a request with an error."""
 
 
 class SignalTransport:
@@ -51,6 +54,9 @@ class SignalTransport:
     @property
     def connected(self) -> bool:
         return self._process is not None and self._process.returncode is None
+
+    def bind_state(self, state: KeyValue) -> None:
+        """signal-cli keeps the account's state in its own data folder."""
 
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -87,6 +93,11 @@ class SignalTransport:
                 await process.aclose()
         if not self._stop.is_set():
             detail = errors[-1] if errors else "no message"
+            if any(mark in line.lower() for line in errors for mark in _UNREGISTERED):
+                raise TransportAuthError(
+                    f"signal.account: signal-cli cannot use {self.account} ({detail}); register "
+                    "or link it with signal-cli first"
+                )
             raise SignalError(f"signal: signal-cli exited (code {process.returncode}): {detail}")
 
     async def _read(self, process: Process, handler: InboundHandler, scope: Any) -> None:
@@ -202,3 +213,6 @@ class SignalTransport:
         if result.returncode != 0:
             raise SignalError(f"signal: {self.binary} --version failed")
         return result.stdout.decode().strip() or self.binary
+
+    async def aclose(self) -> None:
+        """The signal-cli process ends with `run`; nothing else is held."""

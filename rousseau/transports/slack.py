@@ -15,13 +15,14 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 
 try:
+    import aiohttp
     from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
     from slack_bolt.async_app import AsyncApp
-    from slack_sdk.errors import SlackApiError
+    from slack_sdk.errors import SlackApiError, SlackClientError
     from slack_sdk.http_retry.builtin_async_handlers import (
         AsyncConnectionErrorRetryHandler,
         AsyncRateLimitErrorRetryHandler,
@@ -49,6 +50,22 @@ _IGNORED_SUBTYPES = frozenset(
         "pinned_item",
     }
 )
+_REJECTED = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "not_allowed_token_type",
+    }
+)
+"""Web API errors that mean the token itself is refused: retrying cannot help."""
+_FAILURES = (SlackClientError, aiohttp.ClientError, OSError, TimeoutError)
+_TOKENS = {
+    "slack.bot_token": "the bot token (xoxb-, from OAuth & Permissions)",
+    "slack.app_token": "an app-level token (xapp-) with connections:write",
+}
 
 
 class SlackTransport:
@@ -83,12 +100,28 @@ class SlackTransport:
         session = getattr(client, "current_session", None)
         return session is not None and not session.closed
 
+    def bind_state(self, state: KeyValue) -> None:
+        """Slack keeps nothing here: Socket Mode delivers only what arrives while connected."""
+
+    def _failed(self, key: str, doing: str, exc: BaseException) -> TransportError:
+        """The SDK's error in rousseau's tree; a refused token (`key`) is permanent."""
+        if isinstance(exc, SlackApiError):
+            code = str(exc.response.get("error") or f"HTTP {exc.response.status_code}")
+            if code in _REJECTED:
+                return TransportAuthError(
+                    f"{key}: the token was rejected by Slack ({code}); set {_TOKENS[key]}"
+                )
+            return TransportError(f"slack: {doing} failed ({code})")
+        return TransportError(
+            f"slack: {doing} failed ({describe(exc, self.app_token, self.client.token)})"
+        )
+
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         self._stop = anyio.Event()
-        if not self.bot_user_id:
-            self.bot_user_id = await self.check_user_id()
+        user = await self.check_user_id()  # also when configured: proves the bot token
+        self.bot_user_id = self.bot_user_id or user
         app = AsyncApp(client=self.client, process_before_response=True)
 
         async def on_message(event: dict[str, Any]) -> None:
@@ -106,9 +139,13 @@ class SlackTransport:
         app.action(re.compile(f"^{ANSWER_ACTION}"))(on_button)
         self._socket = AsyncSocketModeHandler(app, self.app_token, web_client=self._socket_client)
         try:
+            # The socket client retries a refused app token forever; ask for the URL here,
+            # where a refusal can stop the transport, and hand it over.
+            self._socket.client.wss_uri = await self._socket.client.issue_new_wss_url()
             await self._socket.connect_async()
-        except Exception as exc:
-            raise ConnectionError(f"slack: cannot open the Socket Mode connection ({exc})") from exc
+        except _FAILURES as exc:
+            await self._socket.close_async()
+            raise self._failed("slack.app_token", "opening Socket Mode", exc) from exc
         log.info("slack.connected", bot=self.bot_user_id)
         task_status.started()
         try:
@@ -118,12 +155,11 @@ class SlackTransport:
                 await self._socket.close_async()
 
     async def check_user_id(self) -> str:
+        """The bot's own user id (auth.test), proving the bot token."""
         try:
             auth = await self.client.auth_test()
-        except SlackApiError as exc:
-            raise ConnectionError(
-                f"slack: the bot token was rejected ({exc.response['error']})"
-            ) from exc
+        except _FAILURES as exc:
+            raise self._failed("slack.bot_token", "auth.test", exc) from exc
         return str(auth["user_id"])
 
     async def check(self) -> str:
@@ -209,10 +245,8 @@ class SlackTransport:
             await self.client.chat_postMessage(
                 channel=message.chat_id, text=text, thread_ts=message.thread_id, blocks=blocks
             )
-        except SlackApiError as exc:
-            raise ConnectionError(
-                f"slack: chat.postMessage failed ({exc.response['error']})"
-            ) from exc
+        except _FAILURES as exc:
+            raise self._failed("slack.bot_token", "chat.postMessage", exc) from exc
         if message.thread_id:
             self._remember_thread(message.chat_id, message.thread_id)
 

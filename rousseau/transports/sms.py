@@ -7,6 +7,7 @@ own retries are off, as the outbox retries a failed send with backoff.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -14,8 +15,8 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import ConfigError
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.agent import ConfigError, TransportAuthError, TransportError
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -25,15 +26,18 @@ log = structlog.get_logger("rousseau.sms")
 MAX_LENGTH = 1600  # Twilio refuses longer bodies; Vonage concatenates up to about as much
 _TWILIO_DONE = frozenset({"sent", "delivered", "read"})
 _TWILIO_FAILED = frozenset({"failed", "undelivered", "canceled"})
+_VONAGE_REJECTED = frozenset({"4", "14"})
+"""Vonage SMS API statuses for refused credentials (invalid credentials, invalid signature)."""
 
 
-class SMSError(ConnectionError):
-    pass
+class SMSError(TransportError):
+    """The SMS provider could not be reached or refused a message."""
 
 
 class Sender(Protocol):
     def send(self, to: str, text: str) -> str:
-        """Send one message (blocking); return the provider's id; raise SMSError."""
+        """Send one message (blocking); return the provider's id; raise SMSError, or
+        TransportAuthError when the provider refuses the credentials."""
         ...
 
     def check(self) -> str:
@@ -85,6 +89,7 @@ class TwilioSender:
                 time.sleep(self.poll)
                 message = self.client.messages(str(message.sid)).fetch()
         except TwilioException as exc:
+            _twilio_auth(exc)
             raise SMSError(
                 f"sms: twilio refused the message to {to}: {_twilio_reason(exc)}"
             ) from None
@@ -103,6 +108,7 @@ class TwilioSender:
         try:
             account = self.client.api.accounts(self.client.username).fetch()
         except TwilioException as exc:
+            _twilio_auth(exc)
             raise SMSError(f"sms: twilio: {_twilio_reason(exc)}") from None
         except OSError as exc:
             raise SMSError(f"sms: twilio unreachable: {type(exc).__name__}") from None
@@ -116,6 +122,22 @@ class TwilioSender:
 def _twilio_reason(exc: Exception) -> str:
     status, code, msg = (getattr(exc, k, None) for k in ("status", "code", "msg"))
     return f"HTTP {status} error {code}: {msg}" if status else str(exc)
+
+
+def _twilio_auth(exc: Exception) -> None:
+    """Raise TransportAuthError if twilio refused the account SID and auth token."""
+    if getattr(exc, "status", None) == 401:
+        raise TransportAuthError(
+            f"sms.auth_token: twilio rejected the credentials ({_twilio_reason(exc)}); "
+            "set sms.account_sid and sms.auth_token from the Twilio console"
+        ) from None
+
+
+def _vonage_rejected(detail: str) -> TransportAuthError:
+    return TransportAuthError(
+        f"sms.api_secret: vonage rejected the credentials ({detail}); "
+        "set sms.api_key and sms.api_secret from the Vonage dashboard"
+    )
 
 
 class VonageSender:
@@ -143,8 +165,13 @@ class VonageSender:
         try:
             response = self.sms.send(SmsMessage(to=to, from_=self.sender, text=text, type=kind))
         except SmsError as exc:
+            status = re.search(r"error code (\d+)", str(exc))
+            if status is not None and status.group(1) in _VONAGE_REJECTED:
+                raise _vonage_rejected(str(exc).rpartition(": ")[2]) from None
             raise SMSError(f"sms: vonage refused the message to {to}: {exc}") from None
         except HttpRequestError as exc:
+            if exc.response.status_code == 401:
+                raise _vonage_rejected("HTTP 401") from None
             raise SMSError(f"sms: vonage answered {exc.response.status_code}") from None
         except OSError as exc:
             raise SMSError(f"sms: vonage unreachable: {type(exc).__name__}") from None
@@ -157,6 +184,8 @@ class VonageSender:
             host = self.options.rest_host or "rest.nexmo.com"
             balance = self.client.get(host, "/account/get-balance", auth_type="basic") or {}
         except HttpRequestError as exc:
+            if exc.response.status_code == 401:
+                raise _vonage_rejected("HTTP 401") from None
             raise SMSError(f"sms: vonage answered {exc.response.status_code}") from None
         except OSError as exc:
             raise SMSError(f"sms: vonage unreachable: {type(exc).__name__}") from None
@@ -199,6 +228,9 @@ class SMSTransport:
     @property
     def connected(self) -> bool:
         return self._connected
+
+    def bind_state(self, state: KeyValue) -> None:
+        """SMS keeps nothing: the outbox already holds what is still to send."""
 
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -14,8 +14,8 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError
-from rousseau.transports.base import Inbound, InboundHandler, Outbound
+from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram_http import AiohttpRequest
 
@@ -42,11 +42,12 @@ class TelegramTransport:
     ):
         root = (base_url or "https://api.telegram.org").rstrip("/")
         root = root if root.endswith("/bot") else root + "/bot"
+        self._requests = (
+            AiohttpRequest(),
+            AiohttpRequest(connections=1, read_timeout=poll_timeout + 10),
+        )
         self.bot = telegram.Bot(
-            token,
-            base_url=root,
-            request=AiohttpRequest(),
-            get_updates_request=AiohttpRequest(connections=1, read_timeout=poll_timeout + 10),
+            token, base_url=root, request=self._requests[0], get_updates_request=self._requests[1]
         )
         self.poll_timeout = poll_timeout
         self._connected = False
@@ -58,6 +59,18 @@ class TelegramTransport:
     def connected(self) -> bool:
         return self._connected
 
+    def bind_state(self, state: KeyValue) -> None:
+        """Telegram keeps nothing: the update offset lives on Telegram's side."""
+
+    def _failed(self, doing: str, exc: TelegramError) -> TransportError:
+        """The SDK's error in rousseau's tree; an invalid token is permanent."""
+        if isinstance(exc, InvalidToken):  # the Bot API answers 401 (or 404) to a bad token
+            return TransportAuthError(
+                "telegram.token: the bot token was rejected by the Bot API; "
+                "set the token @BotFather gave the bot"
+            )
+        return TransportError(f"telegram: {doing} ({describe(exc, self.bot.token)})")
+
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -65,10 +78,8 @@ class TelegramTransport:
             await self.bot.initialize()
             self._me = self.bot.bot
             await self.bot.delete_webhook()
-        except InvalidToken as exc:
-            raise ConnectionError(f"telegram: the bot token was rejected ({exc})") from exc
         except TelegramError as exc:
-            raise ConnectionError(f"telegram: cannot reach the Bot API ({exc})") from exc
+            raise self._failed("cannot reach the Bot API", exc) from exc
         self._connected = True
         log.info("telegram.connected", bot=self._me.username)
         task_status.started()
@@ -92,7 +103,7 @@ class TelegramTransport:
             return
         except TelegramError as exc:
             self._connected = False
-            raise ConnectionError(f"telegram: polling failed ({exc})") from exc
+            raise self._failed("polling failed", exc) from exc
         self._connected = True
         for update in updates:
             inbound = self._normalise(update)
@@ -153,26 +164,34 @@ class TelegramTransport:
         )
 
     def _mentions(self, message: Any, text: str) -> tuple[str, bool]:
-        """Whether the bot is addressed (mention, reply, /cmd@bot), and the text to keep."""
+        """Whether the bot is addressed (mention, reply, /cmd@bot), and the text to keep.
+
+        Entity offsets count UTF-16 code units, not characters: the SDK's parse_entities reads
+        each entity's text, and `_index` turns an offset into a place in `text`.
+        """
         me = self._me
         handle = f"@{me.username}".lower() if me and me.username else ""
         mentioned = False
         reply = message.reply_to_message
         if reply is not None and reply.from_user is not None and me is not None:
             mentioned = reply.from_user.id == me.id
-        for entity in message.entities or ():
-            part = text[entity.offset : entity.offset + entity.length].lower()
-            if entity.type == "mention" and handle and part == handle:
+        if message.text:
+            entities = message.parse_entities()
+        else:
+            entities = message.parse_caption_entities()
+        commands: list[int] = []  # where each /cmd@bot ends, in UTF-16 code units
+        for entity, part in entities.items():
+            named = part.lower()
+            if entity.type == "mention" and handle and named == handle:
                 mentioned = True
             elif entity.type == "text_mention" and entity.user is not None and me is not None:
                 mentioned = mentioned or entity.user.id == me.id
-            elif entity.type == "bot_command" and handle and part.endswith(handle):
+            elif entity.type == "bot_command" and handle and named.endswith(handle):
                 mentioned = True
-                text = (
-                    text[: entity.offset]
-                    + part[: -len(handle)]
-                    + text[entity.offset + entity.length :]
-                )
+                commands.append(entity.offset + entity.length)
+        for end in sorted(commands, reverse=True):  # from the end: earlier places stay put
+            cut = _index(text, end)
+            text = text[: cut - len(handle)] + text[cut:]
         return text, mentioned
 
     async def stop(self) -> None:
@@ -203,28 +222,37 @@ class TelegramTransport:
                 delay = _seconds(exc)
                 log.info("telegram.flood_control", retry_after=delay)
                 await anyio.sleep(delay)
-        raise ConnectionError("telegram: flood control did not clear")
+            except TelegramError as exc:
+                raise self._failed("sending failed", exc) from exc
+        raise TransportError("telegram: flood control did not clear")
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
-        await self.bot.send_chat_action(
-            chat_id=int(chat_id),
-            action="typing",
-            message_thread_id=int(thread_id) if thread_id else None,
-        )
+        try:
+            await self.bot.send_chat_action(
+                chat_id=int(chat_id),
+                action="typing",
+                message_thread_id=int(thread_id) if thread_id else None,
+            )
+        except TelegramError as exc:
+            raise self._failed("typing failed", exc) from exc
 
     async def check(self) -> str:
         """One harmless call (getMe) proving the token works; returns the bot's handle."""
         try:
             await self.bot.initialize()  # calls getMe
             return f"@{self.bot.bot.username}"
+        except TelegramError as exc:
+            raise self._failed("cannot reach the Bot API", exc) from exc
         finally:
-            await self.bot.shutdown()
+            await self.aclose()
 
     async def aclose(self) -> None:
         try:
             await self.bot.shutdown()
         except TelegramError:
             pass
+        for request in self._requests:  # also after a failed start, which shutdown() skips
+            await request.shutdown()
 
 
 def _seconds(exc: RetryAfter) -> float:
@@ -234,3 +262,12 @@ def _seconds(exc: RetryAfter) -> float:
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
     return float(value)
+
+
+def _index(text: str, units: int) -> int:
+    """The index in `text` of the place `units` UTF-16 code units from its start."""
+    index = 0
+    while index < len(text) and units > 0:
+        units -= utf16_len(text[index])
+        index += 1
+    return index

@@ -8,21 +8,25 @@ connection is retried with backoff.
 
 from __future__ import annotations
 
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextlib import closing
+from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError
+from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
     KeyValue,
     MemoryKeyValue,
     Outbound,
+    describe,
 )
 
 try:
@@ -40,10 +44,8 @@ GROUP_SERVER = "g.us"
 EventHandler = Callable[[Any], Awaitable[None]]
 
 
-class LoggedOut(ConnectionError):
-    """WhatsApp ended the session; only pairing again helps."""
-
-    permanent = True
+class LoggedOut(TransportAuthError):
+    """WhatsApp ended the linked session; only pairing again helps."""
 
 
 class WhatsAppClient(Protocol):
@@ -63,6 +65,11 @@ class WhatsAppClient(Protocol):
 
     def own_jids(self) -> set[str]:
         """The account's own user parts (phone and LID), once connected."""
+        ...
+
+    async def check(self) -> str:
+        """Which account the session belongs to, without connecting; raises
+        TransportAuthError when no device is paired."""
         ...
 
 
@@ -101,15 +108,22 @@ class WhatsAppTransport:
     ) -> None:
         self._handler, self._failure = handler, None
         if self._logged_out:
-            raise LoggedOut("whatsapp: logged out; run `rousseau whatsapp login` to pair again")
-        await self.client.connect()
-        with anyio.fail_after(60):
-            while not self._connected and self._failure is None:
-                await self._wait_change()
-        if self._failure is not None:
-            raise self._failure
-        task_status.started()
+            raise _logged_out("this device was logged out")
         try:
+            try:
+                await self.client.connect()
+            except TransportError:
+                raise
+            except Exception as exc:  # neonize's own errors, whatever whatsmeow reports
+                raise TransportError(f"whatsapp: cannot connect ({describe(exc)})") from exc
+            with anyio.move_on_after(60):
+                while not self._connected and self._failure is None:
+                    await self._wait_change()
+            if self._failure is not None:
+                raise self._failure
+            if not self._connected:
+                raise TransportError("whatsapp: not connected after 60 s")
+            task_status.started()
             while self._failure is None:
                 await self._wait_change()
             if not isinstance(self._failure, _Stopped):
@@ -137,13 +151,11 @@ class WhatsAppTransport:
         elif isinstance(event, LoggedOutEv):
             self._logged_out = True
             self._connected = False
-            self._failure = LoggedOut(
-                "whatsapp: logged out by the phone; run `rousseau whatsapp login` to pair again"
-            )
+            self._failure = _logged_out("the phone logged this device out")
             log.error("whatsapp.logged_out", hint="run: rousseau whatsapp login")
         elif isinstance(event, DisconnectedEv):
             self._connected = False
-            self._failure = ConnectionError("whatsapp: disconnected")
+            self._failure = TransportError("whatsapp: disconnected")
         elif isinstance(event, MessageEv) and self._handler is not None:
             inbound = await self._normalise(event)
             if inbound is not None:
@@ -201,8 +213,8 @@ class WhatsAppTransport:
     async def send(self, message: Outbound) -> None:
         try:
             sent_id = await self.client.send_text(message.chat_id, message.text)
-        except Exception as exc:
-            raise ConnectionError(f"whatsapp: sending failed ({exc})") from exc
+        except Exception as exc:  # neonize's own errors, whatever whatsmeow reports
+            raise TransportError(f"whatsapp: sending failed ({describe(exc)})") from exc
         self._sent_ids[sent_id] = None
         while len(self._sent_ids) > 1000:
             self._sent_ids.popitem(last=False)
@@ -212,7 +224,40 @@ class WhatsAppTransport:
             log.debug("whatsapp.typing_failed", error=str(exc))
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
-        await self.client.typing(chat_id, True)
+        try:
+            await self.client.typing(chat_id, True)
+        except Exception as exc:  # neonize's own errors, whatever whatsmeow reports
+            raise TransportError(f"whatsapp: typing failed ({describe(exc)})") from exc
+
+    async def check(self) -> str:
+        """The paired account, read from the session store: connecting a second time would
+        take the link over from a running daemon."""
+        return await self.client.check()
+
+    async def aclose(self) -> None:
+        """The client disconnects when `run` ends; nothing else is held."""
+
+
+def _logged_out(why: str) -> LoggedOut:
+    return LoggedOut(f"whatsapp.store: {why}; pair it with `rousseau whatsapp login`")
+
+
+def paired_device(store: str) -> str | None:
+    """The JID of the device paired in a neonize session store (whatsmeow's SQLite schema),
+    or None while nothing is paired. Opens the file read-only and never creates it."""
+    path = Path(store).expanduser()
+    if not path.is_file():
+        return None
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+            row = db.execute("SELECT jid FROM whatsmeow_device LIMIT 1").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise TransportError(f"whatsapp: cannot read the session store {path} ({exc})") from exc
+    except sqlite3.DatabaseError as exc:
+        raise TransportError(f"whatsapp: {path} is not a session store ({exc})") from exc
+    return str(row[0]) if row else None
 
 
 def jid_parts_str(jid: str) -> tuple[str, str]:
@@ -231,6 +276,7 @@ class NeonizeClient:
     def __init__(self, store: str) -> None:
         from neonize.aioze.client import NewAClient
 
+        self.store = store
         self._client = NewAClient(store)
         self._handlers: list[EventHandler] = []
         self._me: Any = None
@@ -276,6 +322,13 @@ class NeonizeClient:
             if jid is not None:
                 out.add(jid_parts(jid)[0])
         return out
+
+    async def check(self) -> str:
+        jid = await anyio.to_thread.run_sync(paired_device, self.store)
+        if jid is None:
+            raise _logged_out(f"no device is paired in {self.store}")
+        phone = jid_parts_str(jid)[0].split(".")[0]
+        return f"+{phone} (paired in {self.store})"
 
 
 async def login(store: str) -> None:

@@ -83,6 +83,9 @@ class FakeDiscord(AioServer):
         self.identifies = 0
         self.resumes = 0
         self.rate_limit_once = False
+        self.refuse_identify = False
+        """Close the gateway with 4004 even for the right token, as Discord does for a token
+        reset while REST still had it cached."""
         self._seq = itertools.count(2)
         self._ids = itertools.count(1)
         self._dm_channels: dict[str, str] = {}
@@ -341,7 +344,7 @@ class FakeDiscord(AioServer):
         return ws
 
     async def _identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
-        if data.get("token") != self.token:
+        if data.get("token") != self.token or self.refuse_identify:
             await ws.close(code=4004, message=b"Authentication failed.")
             return
         ready = {

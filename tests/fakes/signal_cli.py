@@ -12,6 +12,9 @@ import sys
 import threading
 
 write_lock = threading.Lock()
+UNREGISTERED = "+15550009999"
+"""An account this signal-cli was never registered with: it says so and exits, as the real
+one does."""
 
 
 def emit(obj: dict[str, object]) -> None:
@@ -42,6 +45,9 @@ def main() -> int:
         print("signal-cli 0.13.99 (fake)")
         return 0
     assert sys.argv[-1] == "jsonRpc" and sys.argv[1] == "-a", sys.argv
+    if sys.argv[2] == UNREGISTERED:
+        print(f"User {UNREGISTERED} is not registered.", file=sys.stderr, flush=True)
+        return 1
     threading.Thread(target=control, args=(os.environ["FAKE_SIGNAL_CONTROL"],), daemon=True).start()
     log = open(os.environ["FAKE_SIGNAL_LOG"], "a")
     for line in sys.stdin:

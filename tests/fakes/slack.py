@@ -39,6 +39,8 @@ class FakeSlack(AioServer):
         self.posted: list[Posted] = []
         self.acked: list[str] = []
         self.connections = 0
+        self.auth_error = "invalid_auth"
+        """What the Web API answers a token it does not know (Slack has several answers)."""
         self._ids = itertools.count(1)
         self._ts = itertools.count(1)
 
@@ -197,12 +199,12 @@ class FakeSlack(AioServer):
             token = token or params.get("token", "")
         if method == "apps.connections.open":
             if token != self.app_token:
-                return web.json_response({"ok": False, "error": "invalid_auth"})
+                return web.json_response({"ok": False, "error": self.auth_error})
             return web.json_response(
                 {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link?ticket=t"}
             )
         if token != self.bot_token:
-            return web.json_response({"ok": False, "error": "invalid_auth"})
+            return web.json_response({"ok": False, "error": self.auth_error})
         if method == "auth.test":
             return web.json_response(
                 {

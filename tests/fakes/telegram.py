@@ -2,13 +2,16 @@
 sendChatAction and deleteWebhook, as python-telegram-bot calls them over HTTP.
 
 Tests push updates in and read what the bot sent; `flood_once` makes the next sendMessage
-answer 429 with retry_after, as Telegram's flood control does.
+answer 429 with retry_after, as Telegram's flood control does. Pushed text carries the entities
+Telegram would mark in it (@mentions and /commands), counted in UTF-16 code units as Telegram
+counts them.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,6 +21,23 @@ from urllib.parse import parse_qs
 
 BOT_ID = 777000111
 BOT_USERNAME = "rousseau_test_bot"
+_MARKED = re.compile(
+    r"(?<![\w/@])(?:(?P<bot_command>/\w{1,32}(?:@\w{5,32})?)|(?P<mention>@\w{5,32}))(?!\w)",
+    re.ASCII,
+)
+
+
+def _units(text: str) -> int:
+    """Length in UTF-16 code units: Telegram's measure for entity offsets and lengths."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def entities(text: str) -> list[dict[str, Any]]:
+    """The mention and bot_command entities Telegram marks in `text`, wherever they stand."""
+    return [
+        {"type": m.lastgroup, "offset": _units(text[: m.start()]), "length": _units(m.group())}
+        for m in _MARKED.finditer(text)
+    ]
 
 
 @dataclass
@@ -92,12 +112,21 @@ class FakeTelegram:
         user_id: int = 42,
         chat_type: str = "private",
         mention: bool = False,
+        prefix: str = "",
+        caption: bool = False,
         reply_to_bot: bool = False,
         from_bot: bool = False,
         update_id: int | None = None,
         message_id: int | None = None,
     ) -> dict[str, Any]:
-        """Queue an update as Telegram would deliver it; returns it (push it again to double)."""
+        """Queue an update as Telegram would deliver it; returns it (push it again to double).
+
+        `mention` names the bot before `text`, after `prefix`; `caption` sends a photo with the
+        text as its caption.
+        """
+        if mention:
+            text = f"@{BOT_USERNAME} {text}"
+        text = prefix + text
         message: dict[str, Any] = {
             "message_id": message_id or next(self._message_ids),
             "date": int(time.time()),
@@ -107,12 +136,19 @@ class FakeTelegram:
                 **({"title": "Group"} if chat_type != "private" else {"first_name": "Ann"}),
             },
             "from": {"id": user_id, "is_bot": from_bot, "first_name": f"User{user_id}"},
-            "text": text,
         }
-        if mention:
-            handle = f"@{BOT_USERNAME}"
-            message["text"] = f"{handle} {text}"
-            message["entities"] = [{"type": "mention", "offset": 0, "length": len(handle)}]
+        marked = entities(text)
+        if caption:
+            message["photo"] = [
+                {"file_id": "photo-1", "file_unique_id": "p1", "width": 90, "height": 60}
+            ]
+            message["caption"] = text
+            if marked:
+                message["caption_entities"] = marked
+        else:
+            message["text"] = text
+            if marked:
+                message["entities"] = marked
         if reply_to_bot:
             message["reply_to_message"] = {
                 "message_id": 1,

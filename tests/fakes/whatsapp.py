@@ -52,6 +52,9 @@ class FakeWhatsAppClient:
     def own_jids(self) -> set[str]:
         return {OWN_PHONE, OWN_LID}
 
+    async def check(self) -> str:
+        return f"+{OWN_PHONE}"
+
     # -- what tests do --------------------------------------------------------------------
 
     async def emit(self, event: Any) -> None:

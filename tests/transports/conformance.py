@@ -1,7 +1,9 @@
 """What every transport adapter must do, as scenarios run against each adapter's own fake.
 
 An adapter joins the suite by providing a Harness: it builds the real adapter pointed at a
-wire-level fake of its platform and drives that fake the way the platform would.
+wire-level fake of its platform and drives that fake the way the platform would. What only some
+platforms have is an optional capability (`typing_shown`, `mention_after`); a harness without
+one names the reason in `no_typing` / `no_mention_after`, and its scenario is skipped.
 """
 
 from __future__ import annotations
@@ -56,3 +58,12 @@ class Harness(Protocol):
         ...
 
     def delivered(self) -> list[Delivered]: ...
+
+
+class MentionsAfterText(Protocol):
+    """Optional: a harness whose platform can name the bot after other text."""
+
+    def mention_after(self, before: str, text: str) -> None:
+        """A group message from the owner: `before`, then a mention of the bot, then `text`,
+        marked up as the platform marks a mention typed there."""
+        ...

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
+import itertools
 from typing import Any
 
 from rousseau.transports.base import Transport
 from rousseau.transports.discord import MAX_LENGTH, DiscordTransport
-from tests.fakes.discord import BOT_ID, GENERAL_ID, OWNER_ID, FakeDiscord
+from tests.fakes.discord import BOT_ID, GENERAL_ID, GUILD_ID, OWNER_ID, FakeDiscord
 from tests.transports.conformance import Delivered
 
 
@@ -21,6 +23,7 @@ class DiscordHarness:
     def __init__(self) -> None:
         self.fake = FakeDiscord().start()
         self._last: dict[str, Any] | None = None
+        self._ids = itertools.count(110000000000000000)
 
     @property
     def dm_chat(self) -> str:
@@ -38,6 +41,45 @@ class DiscordHarness:
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._last = self.fake.message(text, mention_bot=mentioned)
+
+    def mention_after(self, before: str, text: str) -> None:
+        # The fake names the bot first; Discord keeps <@id> where it was typed and lists the
+        # user in `mentions`, so this MESSAGE_CREATE is written out here.
+        def user(user_id: str, name: str, bot: bool) -> dict[str, Any]:
+            return {
+                "id": user_id,
+                "username": name,
+                "discriminator": "0",
+                "global_name": name,
+                "avatar": None,
+                "bot": bot,
+            }
+
+        self._last = {
+            "id": str(next(self._ids)),
+            "channel_id": self.group_chat,
+            "guild_id": GUILD_ID,
+            "author": user(self.owner, "owner", False),
+            "member": {
+                "roles": [],
+                "joined_at": "2024-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+            },
+            "content": f"{before}<@{BOT_ID}> {text}",
+            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [user(BOT_ID, "rousseau", True)],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+        }
+        self.fake.dispatch("MESSAGE_CREATE", self._last)
 
     def own_message(self, text: str) -> None:
         self.fake.dm(text, user_id=BOT_ID, bot=True)

@@ -47,6 +47,7 @@ class EmailHarness:
     limit = MAX_LENGTH
     long_parts = 1  # one reply is one mail, however long
     no_typing = "email has no typing indicator"
+    no_mention_after = "email names the bot in To, not in the text: a mention has no place"
 
     def __init__(self, dovecot: Dovecot, **options: Any) -> None:
         self.dovecot = dovecot

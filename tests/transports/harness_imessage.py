@@ -36,6 +36,10 @@ class IMessageHarness:
         text = f"@rousseau {text}" if mentioned else text
         self.last = self.server.receive(text, sender=self.owner, chat=self.group_chat)
 
+    def mention_after(self, before: str, text: str) -> None:
+        text = f"{before}@rousseau {text}"
+        self.last = self.server.receive(text, sender=self.owner, chat=self.group_chat)
+
     def own_message(self, text: str) -> None:
         self.server.receive(text, sender="", chat=self.dm_chat, from_me=True)
 

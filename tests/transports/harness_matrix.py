@@ -63,12 +63,14 @@ class MatrixHarness:
             token=who["access_token"],
         )
 
-    def _say(self, who: dict[str, Any], room: str, body: str, mention: bool = False) -> None:
+    def _say(
+        self, who: dict[str, Any], room: str, body: str, mention: bool = False, before: str = ""
+    ) -> None:
         if who is not self.eve:
             self._wait_bot_joined(room)
         content: dict[str, Any] = {"msgtype": "m.text", "body": body}
         if mention:
-            content["body"] = f"{self.bot['user_id']}: {body}"
+            content["body"] = f"{before}{self.bot['user_id']}: {body}"
             content["m.mentions"] = {"user_ids": [self.bot["user_id"]]}
         path = (
             f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/send/m.room.message/"
@@ -95,6 +97,9 @@ class MatrixHarness:
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._say(self.alice, self.group_chat, text, mention=mentioned)
+
+    def mention_after(self, before: str, text: str) -> None:
+        self._say(self.alice, self.group_chat, text, mention=True, before=before)
 
     def own_message(self, text: str) -> None:
         self._wait_bot_joined(self.dm_chat)

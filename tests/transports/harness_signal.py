@@ -61,15 +61,24 @@ class SignalHarness:
                 time.sleep(0.05)  # signal-cli is being restarted
 
     def envelope(
-        self, text: str, *, source: str, group: bool = False, mentioned: bool = False
+        self,
+        text: str,
+        *,
+        source: str,
+        group: bool = False,
+        mentioned: bool = False,
+        before: str = "",
     ) -> dict[str, Any]:
+        """What signal-cli prints for a message; a mention of the bot follows `before`, as
+        U+FFFC with its place in UTF-16 code units (signal-cli's Java strings count so)."""
         ts = next(self._clock)
         data: dict[str, Any] = {"timestamp": ts, "message": text, "expiresInSeconds": 0}
         if group:
             data["groupInfo"] = {"groupId": GROUP, "type": "DELIVER"}
         if mentioned:
-            data["message"] = "\ufffc " + text
-            data["mentions"] = [{"name": ACCOUNT, "number": ACCOUNT, "start": 0, "length": 1}]
+            data["message"] = f"{before}\ufffc {text}"
+            start = len(before.encode("utf-16-le")) // 2
+            data["mentions"] = [{"name": ACCOUNT, "number": ACCOUNT, "start": start, "length": 1}]
         return {
             "envelope": {
                 "source": source,
@@ -88,6 +97,12 @@ class SignalHarness:
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._last = self.envelope(text, source=self.owner, group=True, mentioned=mentioned)
+        self._inject(self._last)
+
+    def mention_after(self, before: str, text: str) -> None:
+        self._last = self.envelope(
+            text, source=self.owner, group=True, mentioned=True, before=before
+        )
         self._inject(self._last)
 
     def own_message(self, text: str) -> None:

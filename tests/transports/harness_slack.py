@@ -6,7 +6,7 @@ from typing import Any
 
 from rousseau.transports.base import Transport
 from rousseau.transports.slack import SOFT_LIMIT, SlackTransport
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import BOT_USER, FakeSlack
 from tests.transports.conformance import Delivered
 
 
@@ -38,6 +38,16 @@ class SlackHarness:
             self._last = self.fake.mention(text, user=self.owner, channel=self.group_chat)
         else:
             self._last = self.fake.message(text, user=self.owner, channel=self.group_chat)
+
+    def mention_after(self, before: str, text: str) -> None:
+        # Slack marks the mention up as <@U...> where it was typed and adds an app_mention.
+        event = self.fake.message(
+            f"{before}<@{BOT_USER}> {text}", user=self.owner, channel=self.group_chat
+        )
+        mention = dict(event, type="app_mention")
+        mention.pop("channel_type")
+        self.fake.send_event(mention)
+        self._last = event
 
     def own_message(self, text: str) -> None:
         self.fake.message(text, channel=self.dm_chat, bot=True)

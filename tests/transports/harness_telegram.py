@@ -40,6 +40,16 @@ class TelegramHarness:
             mention=mentioned,
         )
 
+    def mention_after(self, before: str, text: str) -> None:
+        self._last = self.fake.push(
+            text,
+            chat_id=int(self.group_chat),
+            user_id=int(self.owner),
+            chat_type="supergroup",
+            mention=True,
+            prefix=before,
+        )
+
     def own_message(self, text: str) -> None:
         self.fake.push(text, chat_id=int(self.dm_chat), user_id=BOT_ID, from_bot=True)
 

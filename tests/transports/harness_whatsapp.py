@@ -39,6 +39,16 @@ class WhatsAppHarness:
         )
         self.client.deliver(self._last)
 
+    def mention_after(self, before: str, text: str) -> None:
+        # WhatsApp shows the mention as @phone in the text and lists the JID beside it.
+        self._last = self.client.message(
+            f"{before}@{OWN_PHONE} {text}",
+            sender=self.owner,
+            chat=(GROUP, "g.us"),
+            mentions=[f"{OWN_PHONE}@s.whatsapp.net"],
+        )
+        self.client.deliver(self._last)
+
     def own_message(self, text: str) -> None:
         # The account writing in someone else's chat from another device: not for us.
         self.client.deliver(

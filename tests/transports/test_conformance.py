@@ -7,7 +7,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -18,7 +18,7 @@ from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from tests.helpers import serving
-from tests.transports.conformance import Delivered, Harness
+from tests.transports.conformance import Delivered, Harness, MentionsAfterText
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_email import EmailHarness
 from tests.transports.harness_imessage import IMessageHarness
@@ -124,6 +124,26 @@ async def test_group_needs_a_mention(harness: Harness, tmp_path: Path) -> None:
         [reply] = await delivered(harness, 1)
         await settle()
     assert reply.chat == harness.group_chat and "a question" in reply.text
+    assert len(harness.delivered()) == 1 and len(provider.requests) == 1
+
+
+async def test_an_emoji_before_the_mention_is_still_a_mention(
+    harness: Harness, tmp_path: Path
+) -> None:
+    if not hasattr(harness, "mention_after"):
+        pytest.skip(
+            getattr(
+                harness,
+                "no_mention_after",
+                f"the {harness.name} harness cannot put text before a mention",
+            )
+        )
+    async with daemon(harness, tmp_path) as (_, provider):
+        await act(cast(MentionsAfterText, harness).mention_after, "🎉 ", "a question")
+        [reply] = await delivered(harness, 1)
+        await settle()
+    assert reply.chat == harness.group_chat
+    assert "🎉" in reply.text and "a question" in reply.text
     assert len(harness.delivered()) == 1 and len(provider.requests) == 1
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rousseau.agent import TransportAuthError
 from rousseau.transports.discord import DiscordTransport
 from tests.fakes.discord import GENERAL_ID, FakeDiscord
 from tests.helpers import receiving
@@ -67,7 +68,7 @@ async def test_bad_token_is_a_clear_error() -> None:
         good = DiscordTransport(fake.token, api_base=fake.api_base, gateway_url=fake.gateway_url)
         assert await good.check() == "@rousseau"
         bad = DiscordTransport("wrong", api_base=fake.api_base, gateway_url=fake.gateway_url)
-        with pytest.raises(ConnectionError, match="bot token was rejected"):
+        with pytest.raises(TransportAuthError, match=r"^discord\.token: the bot token was"):
             await bad.check()
     finally:
         fake.stop()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rousseau.agent import TransportAuthError
 from rousseau.transports.imessage import IMessageError, IMessageTransport
 from tests.fakes.bluebubbles import PASSWORD
 from tests.transports.harness_imessage import IMessageHarness
@@ -101,7 +102,7 @@ async def test_check_and_a_wrong_password(harness: IMessageHarness) -> None:
         await good.aclose()
     bad = IMessageTransport(harness.server.url, "wrong")
     try:
-        with pytest.raises(IMessageError, match="HTTP 401 wrong password") as caught:
+        with pytest.raises(TransportAuthError, match=r"^imessage\.password: .*HTTP 401") as caught:
             await bad.check()
         assert "wrong" not in str(caught.value).replace("wrong password", "")
     finally:

@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rousseau.agent import TransportAuthError
 from rousseau.transports.slack import SlackTransport, to_mrkdwn
 from tests.fakes.slack import BOT_USER, FakeSlack
 from tests.helpers import receiving
@@ -91,7 +92,7 @@ async def test_bot_user_is_discovered_and_a_bad_token_is_clear() -> None:
         assert await transport.check() == f"<@{BOT_USER}>"
         await transport.aclose()
         bad = SlackTransport(fake.app_token, "xoxb-wrong", base_url=fake.url + "/api/")
-        with pytest.raises(ConnectionError, match="bot token was rejected"):
+        with pytest.raises(TransportAuthError, match=r"^slack\.bot_token: .*\(invalid_auth\)"):
             await bad.check()
         await bad.aclose()
     finally:

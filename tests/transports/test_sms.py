@@ -12,7 +12,7 @@ import anyio
 import pytest
 from twilio.request_validator import RequestValidator
 
-from rousseau.agent import Request, Response
+from rousseau.agent import Request, Response, TransportAuthError
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
 from rousseau.transports import build_transports
@@ -103,7 +103,7 @@ async def test_twilio_refusal_and_bad_credentials(
     transport = sms(closing, twilio_sender(twilio))
     with pytest.raises(SMSError, match=r"HTTP 400 error 21211"):
         await transport.send(out("12345"))
-    with pytest.raises(SMSError, match=r"HTTP 401 error 20003"):
+    with pytest.raises(TransportAuthError, match=r"^sms\.auth_token: .*HTTP 401 error 20003"):
         await sms(closing, twilio_sender(twilio, "wrong")).send(out(OWNER))
     assert "Test account" in await transport.check()
 
@@ -123,7 +123,7 @@ async def test_vonage_send_and_failure(vonage: FakeVonage, closing: list[SMSTran
     with pytest.raises(SMSError, match="Unroutable message"):
         await transport.send(out("447700900001"))
     bad = sms(closing, VonageSender(VONAGE_KEY, "wrong", "Rousseau", base_url=vonage.url))
-    with pytest.raises(SMSError, match="Bad Credentials"):
+    with pytest.raises(TransportAuthError, match=r"^sms\.api_secret: .*Bad Credentials"):
         await bad.send(out("447700900000"))
     assert "balance 10.5" in await transport.check()
 
