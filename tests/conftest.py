@@ -13,6 +13,7 @@ import anyio.to_thread  # noqa: F401 - likewise
 import pytest
 
 from tests.fakes.llm import FakeLLMServer
+from tests.helpers import unavailable
 from tests.mail.dovecot import Dovecot, dovecot_binary
 from tests.matrix.synapse import Synapse, synapse_python
 
@@ -39,7 +40,7 @@ with warnings.catch_warnings():
 def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
     python = synapse_python()
     if python is None:
-        pytest.skip(
+        unavailable(
             "Synapse is not installed: create .synapse-env (python3 -m venv .synapse-env && "
             ".synapse-env/bin/pip install matrix-synapse), as .ci/run does, or set "
             "ROUSSEAU_TEST_SYNAPSE to its python"
@@ -66,7 +67,7 @@ def fake_llm() -> Iterator[FakeLLMServer]:
 def dovecot() -> Iterator[Dovecot]:
     binary = dovecot_binary()
     if binary is None:
-        pytest.skip(
+        unavailable(
             "Dovecot is not installed: install the Debian package dovecot-imapd, as .ci/run "
             "does, or set ROUSSEAU_TEST_DOVECOT to its binary"
         )

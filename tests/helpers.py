@@ -23,6 +23,18 @@ ROUSSEAU = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "rouss
 """The installed console script, or the module when running from a source tree."""
 
 
+def unavailable(reason: str) -> None:
+    """Something a test needs is missing: a failure in CI (which installs everything), a
+    skip that says why on a developer's machine."""
+    import os
+
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI must install it)")
+    pytest.skip(reason)
+
+
 def free_port() -> int:
     """A loopback port nothing listens on (right now)."""
     with socket.socket() as s:

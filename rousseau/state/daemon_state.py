@@ -236,6 +236,9 @@ class DaemonState:
         return await self.store.call(op)
 
     async def sent(self, row_id: int) -> None:
+        """Record a part as sent, ahead of other queued writes: until this commits, a crash
+        would send it again (no platform lets a send be made idempotent)."""
+
         def op(db: sqlite3.Connection) -> None:
             db.execute(
                 "UPDATE outbox SET status = 'sent', sent_at = ?, attempts = attempts + 1"
@@ -243,7 +246,7 @@ class DaemonState:
                 (time.time(), row_id),
             )
 
-        await self.store.call(op, write=True)
+        await self.store.call(op, write=True, urgent=True)
 
     async def retry_later(self, row_id: int, delay: float, error: str, *, give_up: bool) -> None:
         def op(db: sqlite3.Connection) -> None:

@@ -128,12 +128,15 @@ class Store:
             self._wrote()
         return result
 
-    async def call(self, fn: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
-        """Await `fn(conn)` on the store's thread (write: inside a transaction)."""
+    async def call(
+        self, fn: Callable[[sqlite3.Connection], T], write: bool = False, *, urgent: bool = False
+    ) -> T:
+        """Await `fn(conn)` on the store's thread (write: inside a transaction; urgent: ahead
+        of the queued work)."""
         if self._worker.stopped:
             raise StoreError("the session store is closed")
         try:
-            result = await self._worker.call(fn, write=write)
+            result = await self._worker.call(fn, write=write, urgent=urgent)
         except (sqlite3.Error, WorkerTimeout) as exc:
             raise self._failed(exc) from exc
         if write:

@@ -12,7 +12,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -44,6 +44,10 @@ class _Job:
         self.error: BaseException | None = None
 
 
+_WAKE = _Job(lambda conn: None, False, lambda job: None)
+"""Queued behind an urgent job only to wake the thread."""
+
+
 class WorkerTimeout(TimeoutError):
     """The database thread did not answer in time (it may be stuck on a lock or the disk)."""
 
@@ -62,6 +66,7 @@ class DBWorker:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._urgent: deque[_Job] = deque()
         ready: Future[sqlite3.Connection] = Future()
         self._thread = threading.Thread(
             target=self._serve, args=(connect, ready), name=name, daemon=True
@@ -78,8 +83,13 @@ class DBWorker:
 
     # -- submitting ------------------------------------------------------------------------
 
-    async def call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
-        """Run `fn(conn)` on the worker and await its result (write: inside a transaction)."""
+    async def call(
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False, urgent: bool = False
+    ) -> T:
+        """Run `fn(conn)` on the worker and await its result (write: inside a transaction).
+
+        `urgent` runs it ahead of the queued work (in its own transaction): for a write whose
+        delay is a risk in itself, such as recording that a message went out."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: take the portable, slower path
@@ -92,7 +102,14 @@ class DBWorker:
             except RuntimeError:  # the loop closed while the job ran: nobody is waiting
                 pass
 
-        self._submit(_Job(fn, write, done))
+        job = _Job(fn, write, done)
+        if urgent:
+            if self._stopped:
+                raise RuntimeError("the database worker is stopped")
+            self._urgent.append(job)
+            self._jobs.put(_WAKE)
+        else:
+            self._submit(job)
         try:
             with anyio.fail_after(self.timeout):
                 return await future  # type: ignore[no-any-return]
@@ -208,8 +225,11 @@ class DBWorker:
     def _serve_batch(self, conn: sqlite3.Connection) -> bool:
         """Take the next job and the writes queued behind it; False once told to stop."""
         job = self._jobs.get()
+        self._serve_urgent(conn)
         if job is None:
             return False
+        if job is _WAKE:
+            return True
         if not job.write:
             _run(conn, job)
             _done(job)
@@ -224,6 +244,8 @@ class DBWorker:
             if nxt is None:
                 go_on = False
                 break
+            if nxt is _WAKE:
+                continue
             if not nxt.write:
                 self._commit(conn, batch)
                 _run(conn, nxt)
@@ -232,7 +254,17 @@ class DBWorker:
                 continue
             batch.append(nxt)
         self._commit(conn, batch)
+        self._serve_urgent(conn)
         return go_on
+
+    def _serve_urgent(self, conn: sqlite3.Connection) -> None:
+        while self._urgent:
+            job = self._urgent.popleft()
+            if job.write:
+                self._commit(conn, [job])
+            else:
+                _run(conn, job)
+                _done(job)
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, batch: list[_Job]) -> None:

@@ -7,6 +7,8 @@ persisted it, so a crash never loses a message; Telegram redelivers what was not
 from __future__ import annotations
 
 import datetime
+import json
+import os
 import warnings
 from typing import Any
 
@@ -18,6 +20,10 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram_http import AiohttpRequest
+
+# Time periods as timedelta (the SDK's coming default): without this, merely building a
+# RetryAfter error warns, and a flood wait surfaces as a warning instead of a wait.
+os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 try:
     import telegram
@@ -93,25 +99,55 @@ class TelegramTransport:
 
     async def _poll(self, handler: InboundHandler) -> None:
         try:
-            updates = await self.bot.get_updates(
-                offset=self._offset,
-                timeout=self.poll_timeout,
-                allowed_updates=["message", "callback_query"],
-            )
+            updates: list[tuple[int, Any]] = [
+                (u.update_id, u)
+                for u in await self.bot.get_updates(
+                    offset=self._offset,
+                    timeout=self.poll_timeout,
+                    allowed_updates=["message", "callback_query"],
+                )
+            ]
         except RetryAfter as exc:
             await anyio.sleep(_seconds(exc))
             return
         except TelegramError as exc:
             self._connected = False
             raise self._failed("polling failed", exc) from exc
+        except Exception:  # the SDK could not parse one of them: take the rest one by one
+            updates = self._parse_each()
         self._connected = True
-        for update in updates:
-            inbound = self._normalise(update)
+        for update_id, update in updates:
+            inbound = self._inbound(update_id, update)
             if inbound is not None:
                 await handler(inbound)  # persisted: now it may be acknowledged
-            if update.callback_query is not None:
+            if update is not None and update.callback_query is not None:
                 await self._answered(update.callback_query)
-            self._offset = update.update_id + 1
+            self._offset = update_id + 1
+
+    def _parse_each(self) -> list[tuple[int, Any]]:
+        """The last batch, each update parsed on its own; one that cannot be is kept as None
+        (logged and skipped), so it cannot block the ones behind it forever."""
+        raw = json.loads(self._requests[1].last_payload or b"{}").get("result") or []
+        out: list[tuple[int, Any]] = []
+        for item in raw:
+            update_id = item.get("update_id") if isinstance(item, dict) else None
+            if not isinstance(update_id, int):
+                continue
+            try:
+                out.append((update_id, telegram.Update.de_json(item, self.bot)))
+            except Exception:
+                log.exception("telegram.bad_update", update=update_id)
+                out.append((update_id, None))
+        return out
+
+    def _inbound(self, update_id: int, update: Any) -> Inbound | None:
+        if update is None:
+            return None
+        try:
+            return self._normalise(update)
+        except Exception:  # a malformed event is skipped, never retried forever
+            log.exception("telegram.bad_update", update=update_id)
+            return None
 
     async def _answered(self, query: Any) -> None:
         """Stop the pressed button's spinner (best effort: the press is already taken)."""

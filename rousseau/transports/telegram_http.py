@@ -17,6 +17,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 
 class AiohttpRequest(BaseRequest):
+    last_payload: bytes = b""
+    """The body of the latest response (the poller reads updates the SDK could not parse)."""
+
     def __init__(
         self,
         *,
@@ -84,7 +87,8 @@ class AiohttpRequest(BaseRequest):
         )
         try:
             async with self._session.request(method, url, data=data, timeout=timeout) as response:
-                return response.status, await response.read()
+                self.last_payload = await response.read()
+                return response.status, self.last_payload
         except TimeoutError as exc:
             raise TimedOut() from exc
         except aiohttp.ClientError as exc:

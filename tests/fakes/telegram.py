@@ -58,6 +58,10 @@ class FakeTelegram:
         self.answered: list[str] = []
         """Callback queries the bot answered (pressed buttons)."""
         self.flood_once: int | None = None
+        self.flood_chats: dict[int, float] = {}
+        """Chats whose sendMessage answers 429 (retry_after = the value) until that time
+        has passed, as Telegram's per-chat flood control does."""
+        self.flood_until: dict[int, float] = {}
         self.drop_polls = 0
         """Answer this many getUpdates calls with 502, as a proxy in front of a dying link."""
         self.calls: list[str] = []
@@ -314,6 +318,17 @@ class FakeTelegram:
                 "parameters": {"retry_after": retry},
             }
         chat_id = int(params["chat_id"])
+        retry = self.flood_chats.pop(chat_id, None)
+        if retry is not None:
+            self.flood_until[chat_id] = time.monotonic() + retry
+        wait = self.flood_until.get(chat_id, 0.0) - time.monotonic()
+        if wait > 0:
+            return 429, {
+                "ok": False,
+                "error_code": 429,
+                "description": f"Too Many Requests: retry after {int(wait) + 1}",
+                "parameters": {"retry_after": int(wait) + 1},
+            }
         self.sent.append(Sent(chat_id=chat_id, text=str(params["text"]), params=params))
         return 200, {
             "ok": True,

@@ -137,3 +137,22 @@ async def test_a_full_store_says_so_once_and_recovers(tmp_path: Path) -> None:
     events = [e["event"] for e in logs]
     assert events.count("store.full") == 1 and events[-1] == "store.recovered"
     store.close()
+
+
+async def test_an_urgent_write_goes_ahead_of_the_queue(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+    order: list[str] = []
+    gate = threading.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.call, lambda db: gate.wait(5))
+        await anyio.sleep(0.05)
+        for name in ("a", "b", "c"):
+            await worker.submit(lambda db, name=name: order.append(name))
+        tg.start_soon(
+            lambda: worker.call(lambda db: order.append("urgent"), write=True, urgent=True)
+        )
+        await anyio.sleep(0.05)
+        gate.set()
+    await worker.flush()
+    assert order == ["urgent", "a", "b", "c"]
+    worker.stop()
