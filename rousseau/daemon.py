@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.abc import SocketStream, TaskGroup
+from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 
 from rousseau.agent import Provider, TransportAuthError
 from rousseau.app import build_agent, build_approver, build_registry
@@ -42,6 +42,8 @@ BACKOFF_CAP = 300.0
 CLOSE_TIMEOUT = 5.0
 """At shutdown, the longest any one close (a transport, the provider, the store) may take."""
 FIRST_SWEEP = 30.0
+HEALTH_CONNECTIONS = 32
+"""Health and metrics requests served at once; more are closed at once (each has 5 s)."""
 
 
 async def _quietly(fn: Callable[[], Awaitable[None]]) -> None:
@@ -301,15 +303,43 @@ class Daemon:
         )
         log.info("daemon.health", listen=listen)
         task_status.started()
-        async with listener:
-            await listener.serve(self._answer)
+        slots = anyio.CapacityLimiter(HEALTH_CONNECTIONS)
+        async with listener, anyio.create_task_group() as tg:
+            for one in listener.listeners:  # IPv4 and IPv6 where the host has both
+                tg.start_soon(self._accept, one, slots, tg)
 
-    async def _answer(self, stream: SocketStream) -> None:
+    async def _accept(
+        self, listener: Listener[SocketStream], slots: anyio.CapacityLimiter, tg: TaskGroup
+    ) -> None:
+        assert isinstance(listener, SocketListener)  # what create_tcp_listener makes
+        starved = 0
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                # Out of file descriptors (a flood of idle connections): back off and let the
+                # open ones time out, rather than end the daemon.
+                starved += 1
+                if starved == 1:
+                    log.warning("daemon.health_accept_failed", error=str(exc))
+                await anyio.sleep(min(1.0, 0.05 * starved))
+                continue
+            starved = 0
+            try:
+                slots.acquire_on_behalf_of_nowait(stream)
+            except anyio.WouldBlock:  # too many at once: this one is turned away
+                await stream.aclose()
+                continue
+            tg.start_soon(self._answer, stream, slots)
+
+    async def _answer(self, stream: SocketStream, slots: anyio.CapacityLimiter) -> None:
         """GET /healthz and /metrics. Hand-written: two read-only endpoints need no framework."""
         try:
             await self._respond_to(stream)
         except Exception as exc:  # one bad request must never end the server
             log.debug("daemon.health_request_failed", error=str(exc))
+        finally:
+            slots.release_on_behalf_of(stream)
 
     async def _respond_to(self, stream: SocketStream) -> None:
         async with stream:

@@ -71,6 +71,8 @@ class Daemon:
         )
         self.log = tmp / "daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.open_files: int | None = None
+        """A lower limit of open files for the daemon (`ulimit -n`), if set."""
 
     def start(self) -> Daemon:
         env = {"PATH": os.environ["PATH"], "HOME": str(self.config.parent)}
@@ -80,6 +82,7 @@ class Daemon:
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
+                preexec_fn=self._limit if self.open_files else None,
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -91,6 +94,12 @@ class Daemon:
                 pass
             time.sleep(0.05)
         raise AssertionError("the daemon never became healthy:\n" + self.log.read_text())
+
+    def _limit(self) -> None:
+        import resource
+
+        assert self.open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def health(self) -> tuple[int, dict[str, Any]]:
         try:

@@ -1,0 +1,134 @@
+"""A soak: 100,000 messages through the daemon (python-telegram-bot against the fake Bot API
+in another process, the router, the store, the outbox) with retention set short, printing
+every 10,000 messages the database's size on disk, the rows of its bookkeeping tables (the
+inbox's dedupe memory and the outbox), the process's RSS, and the event loop's worst lag.
+
+The bookkeeping rows and RSS stay flat once the sweeps run. The file itself still grows by
+the conversation history (every message and its full-text index entry), which is kept by
+design: the sweep never deletes what people said.
+
+    python bench/soak.py [--messages 100000] [--every 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+
+import anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.router_load import TOKEN, Load, rss_mb  # noqa: E402
+from rousseau.agent import Request, Response  # noqa: E402
+from rousseau.agent.testing import FunctionProvider, text_reply  # noqa: E402
+from rousseau.config import load_config  # noqa: E402
+from rousseau.daemon import Daemon  # noqa: E402
+from rousseau.log import configure_logging  # noqa: E402
+from rousseau.policy import ChatPolicy  # noqa: E402
+from rousseau.transports.telegram import TelegramTransport  # noqa: E402
+
+BATCH = 500
+
+
+def bookkeeping(db: Path) -> tuple[int, int]:
+    with closing(sqlite3.connect(db, timeout=30)) as conn:
+        inbox = conn.execute("SELECT count(*) FROM inbox").fetchone()[0]
+        outbox = conn.execute("SELECT count(*) FROM outbox").fetchone()[0]
+    return int(inbox), int(outbox)
+
+
+def disk_mb(db: Path) -> float:
+    """The database and its WAL, as they take space on disk."""
+    files = [db, db.with_name(db.name + "-wal")]
+    return sum(f.stat().st_size for f in files if f.exists()) / 2**20
+
+
+async def soak(url: str, total: int, every: int) -> None:
+    tmp = Path(tempfile.mkdtemp())
+    db = tmp / "s.db"
+
+    async def answer(request: Request) -> Response:
+        return text_reply("echo: " + request.messages[-1].text)
+
+    config = load_config(
+        None,
+        {
+            "HOME": str(tmp),
+            "ROUSSEAU_STATE_PATH": str(db),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
+            "ROUSSEAU_RATELIMIT_DEFAULT": "100000/1s",
+        },
+    )
+    # Short ages so the sweep has work within the run; sessions are never pruned, so the
+    # model sees one fresh session per message (`/new` would add rows of its own).
+    retention = config.state.retention
+    retention.inbox = retention.outbox = retention.audit = retention.cron_runs = 20.0
+    retention.interval = 5.0
+    transport = TelegramTransport(TOKEN, base_url=url, poll_timeout=10)
+    daemon = Daemon(
+        config,
+        transports={"telegram": transport},
+        chat_policies={"telegram": ChatPolicy(policy="open")},
+        provider=FunctionProvider(answer, record=False),
+    )
+    load = Load(url)
+    print(
+        f"{'messages':>9} {'db MB':>7} {'inbox':>7} {'outbox':>7} {'RSS MB':>7} {'msg/s':>6}"
+        f" {'worst loop lag ms':>18}"
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(30):
+            while not transport.connected:
+                await anyio.sleep(0.05)
+        started = last = time.monotonic()
+        done = 0
+        while done < total:
+            step = min(every, total - done)
+            for _ in range(0, step, BATCH):
+                await anyio.to_thread.run_sync(load.push, min(BATCH, step))
+                await load.wait_for(load.n - 4 * BATCH)  # keep a bounded backlog
+            await load.wait_for(load.n)
+            done += step
+            now = time.monotonic()
+            inbox, outbox = await anyio.to_thread.run_sync(bookkeeping, db)
+            print(
+                f"{done:>9,} {disk_mb(db):>7.1f} {inbox:>7,} {outbox:>7,} {rss_mb():>7.1f}"
+                f" {step / (now - last):>6.0f} {daemon.lag.worst * 1000:>18.1f}",
+                flush=True,
+            )
+            last = now
+        print(f"all {total:,} answered in {time.monotonic() - started:.0f} s")
+        daemon.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--every", type=int, default=10_000)
+    args = parser.parse_args()
+    configure_logging("error")
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.telegram", TOKEN],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert fake.stdout is not None
+        anyio.run(soak, fake.stdout.readline().strip(), args.messages, args.every)
+    finally:
+        fake.terminate()
+        fake.wait()
+
+
+if __name__ == "__main__":
+    main()
