@@ -285,3 +285,58 @@ async def test_a_crash_mid_tool_loop_replays_the_turn(tmp_path: Path) -> None:
         assert await settle(transports["memory"], 1) == ["echo: q"]
     assert model.calls == ["q"]
     store.close()
+
+
+async def test_a_turn_waiting_for_approval_holds_no_turn_slot(tmp_path: Path) -> None:
+    from rousseau.agent import ApprovalRequest, Decision
+    from rousseau.agent.testing import tool_reply
+    from rousseau.approvals import ChatApprovals
+    from rousseau.tools import builtin_registry
+
+    def model(request: Request) -> Response:
+        last = request.messages[-1]
+        if last.text == "needs approval":
+            return tool_reply("read", {"path": "notes.md"})
+        if not last.text:  # the tool's result came back
+            return text_reply("done")
+        return text_reply("echo: " + last.text)
+
+    approvals = ChatApprovals(owners=["memory:user"], timeout=30)
+
+    class AskEveryCall:
+        async def approve(self, request: ApprovalRequest) -> Decision:
+            return await approvals.ask(request)
+
+    store = Store(tmp_path / "s.db")
+    transport = MemoryTransport()
+    router = Router(
+        agent=Agent(
+            FunctionProvider(model),
+            builtin_registry(str(tmp_path)),
+            Options(history=store, approver=AskEveryCall()),
+        ),
+        store=store,
+        transports={"memory": transport},
+        policies={"memory": ChatPolicy(allowlist=frozenset({"user", "u2"}))},
+        rate_limiter=RateLimiter((100, 1.0), {}, 100),
+        approvals=approvals,
+        max_concurrent_turns=1,  # one turn at a time: the waiting one must give its place up
+    )
+    approvals.notify = router.notify
+    async with anyio.create_task_group() as tg:
+        await tg.start(router.run)
+        await tg.start(transport.run, router.submit)
+        tg.start_soon(router.deliver, "memory")
+        with anyio.fail_after(20):
+            await transport.inject("needs approval", chat_id="a")
+            asked = await transport.wait_sent(2)  # in the chat, and to the owner
+            assert all(m.text.startswith("Approve read?") for m in asked)
+            await transport.inject("meanwhile", chat_id="b", sender_id="u2")
+            sent = await transport.wait_sent(3)
+            assert sent[2].text == "echo: meanwhile" and approvals.pending
+            code = asked[0].text.split("[", 1)[1].split("]", 1)[0]
+            await transport.inject(f"yes {code}", chat_id="a")
+            sent = await transport.wait_sent(5)
+        tg.cancel_scope.cancel()
+    assert sorted(m.text for m in sent[3:]) == sorted([f"Approved {code}.", "done"])
+    store.close()
