@@ -12,8 +12,10 @@ from rousseau.tools.base import (
     Registry,
     Tool,
     Workspace,
+    WorkspaceError,
     WorkspaceTool,
     function_tool,
+    run_in_thread,
 )
 from rousseau.tools.bash import BashTool, scrubbed_environ
 from rousseau.tools.edit import EditTool
@@ -35,10 +37,12 @@ __all__ = [
     "SandboxError",
     "Tool",
     "Workspace",
+    "WorkspaceError",
     "WorkspaceTool",
     "WriteTool",
     "builtin_registry",
     "function_tool",
+    "run_in_thread",
     "scrubbed_environ",
 ]
 
@@ -49,9 +53,10 @@ def builtin_registry(
     bash_timeout: float = 60.0,
     secrets: Iterable[str] = (),
     sandbox: Sandbox | None = None,
+    bash_env: Iterable[str] = (),
 ) -> Registry:
     """A Registry with read, write, edit, grep and bash confined to `workspace` (bash in
-    `sandbox`, if given)."""
+    `sandbox`, if given; with the variables named in `bash_env` although they look secret)."""
     ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
     return Registry(
         [
@@ -60,7 +65,10 @@ def builtin_registry(
             EditTool(ws),
             GrepTool(ws),
             BashTool(
-                ws, timeout=bash_timeout, env=scrubbed_environ(secrets=secrets), sandbox=sandbox
+                ws,
+                timeout=bash_timeout,
+                env=scrubbed_environ(secrets=secrets, allow=bash_env),
+                sandbox=sandbox,
             ),
         ]
     )

@@ -1,18 +1,42 @@
-"""The Tool base class, the thread-safe Registry, and workspace path confinement."""
+"""The Tool base class, the thread-safe Registry, and tools confined to the workspace."""
 
 from __future__ import annotations
 
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, TypeVarTuple, Unpack, cast
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import structlog
 
 from rousseau.agent import ToolCall, ToolDefinition, ToolNotFoundError, ToolOutput
+from rousseau.tools.fs import OutsideWorkspaceError, Workspace, WorkspaceError
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
+
+__all__ = [
+    "TOOL_DEADLINE",
+    "DuplicateToolError",
+    "FunctionTool",
+    "OutsideWorkspaceError",
+    "Registry",
+    "Tool",
+    "Workspace",
+    "WorkspaceError",
+    "WorkspaceTool",
+    "function_tool",
+    "looks_binary",
+    "run_in_thread",
+]
+
+log = structlog.get_logger("rousseau.tools")
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 class DuplicateToolError(ValueError):
@@ -131,51 +155,64 @@ class Registry:
             return len(self._tools)
 
 
-class OutsideWorkspaceError(ValueError):
-    """A path resolves outside the workspace."""
+TOOL_DEADLINE = 60.0
+"""Seconds a file tool call may take before it is abandoned and reported as an error."""
 
 
 class WorkspaceTool(Tool):
-    """A tool confined to a workspace: a path that leads out becomes an error result."""
+    """A tool confined to a workspace: a refused path or file becomes an error result, and a
+    call that outlives `deadline` seconds is abandoned and reported."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, *, deadline: float = TOOL_DEADLINE) -> None:
         self.workspace = workspace
+        self.deadline = deadline
 
     async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
-        try:
-            return await self.run(input, call)
-        except OutsideWorkspaceError as exc:
-            return ToolOutput(content=str(exc), is_error=True)
+        with anyio.move_on_after(self.deadline):
+            try:
+                return await self.run(input, call)
+            except WorkspaceError as exc:
+                return ToolOutput(content=str(exc), is_error=True)
+        log.warning("tools.deadline_exceeded", tool=self.name, deadline=self.deadline)
+        return ToolOutput(
+            content=f"{self.name} gave up after {self.deadline:g} s and was abandoned "
+            "(a slow or stuck file system?)",
+            is_error=True,
+        )
 
     @abstractmethod
     async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
-        """Do the work; `self.workspace.resolve` may raise OutsideWorkspaceError."""
+        """Do the work, blocking parts through `run_in_thread`; open files with
+        `self.workspace.open_file` (never by a path checked earlier), which may raise
+        WorkspaceError."""
 
 
-class Workspace:
-    """The folder tools may touch. Every path is resolved, symlinks included, and checked."""
+async def run_in_thread(fn: Callable[[Unpack[Args]], T], *args: *Args) -> T:
+    """`fn(*args)` in a new daemon thread, awaited in a way a deadline can abandon.
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        path = Path(root).expanduser()
-        path.mkdir(parents=True, exist_ok=True)
-        self.root = Path(os.path.realpath(path))
+    Not anyio.to_thread: its worker threads are not daemon threads, so one stuck in a read
+    would keep the process from exiting. Nothing waits for an abandoned one of these.
+    """
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list[tuple[T, None] | tuple[None, BaseException]] = []
 
-    def resolve(self, path: str) -> Path:
-        """The real path of `path` (relative to the root, or absolute inside it)."""
-        if "\x00" in path:
-            raise OutsideWorkspaceError("path contains a NUL byte")
-        candidate = Path(path).expanduser() if path.startswith("~") else Path(path)
-        if not candidate.is_absolute():
-            candidate = self.root / candidate
-        real = Path(os.path.realpath(candidate))
-        if real != self.root and not real.is_relative_to(self.root):
-            raise OutsideWorkspaceError(f"path {path!r} is outside the workspace")
-        return real
+    def work() -> None:
+        try:
+            outcome.append((fn(*args), None))
+        except BaseException as exc:
+            outcome.append((None, exc))
+        with suppress(Exception):  # the event loop is gone: nobody is waiting any more
+            anyio.from_thread.run_sync(done.set, token=token)
 
-    def relative(self, path: Path) -> str:
-        """How to name a resolved path to the model: relative to the root."""
-        rel = path.relative_to(self.root)
-        return str(rel) if str(rel) != "." else "."
+    threading.Thread(
+        target=work, name=f"rousseau-tool-{getattr(fn, '__name__', 'call')}", daemon=True
+    ).start()
+    await done.wait()
+    value, error = outcome[0]
+    if error is not None:
+        raise error
+    return cast(T, value)
 
 
 def looks_binary(head: bytes) -> bool:

@@ -1,17 +1,25 @@
-"""read: a text file from the workspace, numbered like `cat -n`, capped at 200 KB."""
+"""read: a text file from the workspace, numbered like `cat -n`, capped at 200 KB.
+
+The file is streamed: a line is held only up to a cap and the rest of it skipped in chunks,
+so a 1.5 GB file without a newline costs a few hundred kilobytes, not gigabytes.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Iterator
+from io import BufferedReader, FileIO
 from typing import Any, ClassVar
 
-import anyio
-
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.tools.base import WorkspaceTool, looks_binary
+from rousseau.tools.base import WorkspaceTool, looks_binary, run_in_thread
+from rousseau.tools.fs import Workspace
 
 MAX_OUTPUT = 200 * 1024
 MAX_LINE = 4000
+MAX_LINE_BYTES = 4 * MAX_LINE
+"""Bytes of a line kept: enough for MAX_LINE characters of any UTF-8 text."""
+_CHUNK = 1024 * 1024
 
 
 class ReadTool(WorkspaceTool):
@@ -35,31 +43,26 @@ class ReadTool(WorkspaceTool):
     }
 
     async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
-        path = self.workspace.resolve(input["path"])
         offset = int(input.get("offset", 1))
         limit = input.get("limit")
-        return await anyio.to_thread.run_sync(_read, path, input["path"], offset, limit)
+        return await run_in_thread(read_file, self.workspace, input["path"], offset, limit)
 
 
-def _read(path: Path, shown: str, offset: int, limit: int | None) -> ToolOutput:
-    if not path.exists():
-        return ToolOutput(content=f"no such file: {shown}", is_error=True)
-    if not path.is_file():
-        return ToolOutput(content=f"not a regular file: {shown}", is_error=True)
-    out: list[str] = []
-    size = 0
-    last = offset - 1
-    with path.open("rb") as f:
-        if looks_binary(f.read(8192)):
+def read_file(workspace: Workspace, shown: str, offset: int, limit: int | None) -> ToolOutput:
+    """The tool's work, blocking: `shown` numbered from line `offset`, at most `limit` lines.
+    Raises WorkspaceError for a path or file it refuses."""
+    opened = workspace.open_file(shown, os.O_RDONLY)
+    with BufferedReader(FileIO(opened.fd, "r"), 64 * 1024) as f:
+        if looks_binary(f.peek(8192)[:8192]):
             return ToolOutput(content=f"refusing to read binary file: {shown}", is_error=True)
-        f.seek(0)
-        for number, raw in enumerate(f, start=1):
+        out: list[str] = []
+        size = 0
+        last = offset - 1
+        for number, (raw, cut) in enumerate(_lines(f), start=1):
             if number < offset:
                 continue
-            if limit is not None and number >= offset + limit:
-                break
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            if len(text) > MAX_LINE:
+            if cut or len(text) > MAX_LINE:
                 text = text[:MAX_LINE] + f" [... line cut at {MAX_LINE} characters]"
             line = f"{number:6}\t{text}\n"
             if size + len(line) > MAX_OUTPUT:
@@ -68,8 +71,32 @@ def _read(path: Path, shown: str, offset: int, limit: int | None) -> ToolOutput:
             out.append(line)
             size += len(line)
             last = number
+            if limit is not None and number == offset + limit - 1:
+                break  # before the next line: the rest of a long one need not be skipped
     if not out:
         if last < offset and offset > 1:
             return ToolOutput(content=f"{shown} has fewer than {offset} lines")
         return ToolOutput(content=f"{shown} is empty")
     return ToolOutput(content="".join(out))
+
+
+def _lines(f: BufferedReader[FileIO]) -> Iterator[tuple[bytes, bool]]:
+    """Each line's first MAX_LINE_BYTES bytes, and whether more of it was dropped. The rest
+    of a long line is skipped in chunks only when the next line is asked for."""
+    while True:
+        raw = f.readline(MAX_LINE_BYTES)
+        if not raw:
+            return
+        if raw.endswith(b"\n") or len(raw) < MAX_LINE_BYTES:
+            yield raw, False
+            continue
+        after = f.peek(1)[:1]
+        if after in (b"", b"\n"):
+            f.read(len(after))
+            yield raw, False
+            continue
+        yield raw, True
+        while True:
+            rest = f.readline(_CHUNK)
+            if not rest or rest.endswith(b"\n"):
+                break

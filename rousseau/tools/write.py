@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Any, ClassVar
 
-import anyio
-
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.tools.base import WorkspaceTool
+from rousseau.tools.base import WorkspaceTool, run_in_thread
+from rousseau.tools.fs import Workspace
 
 
 class WriteTool(WorkspaceTool):
@@ -30,16 +29,15 @@ class WriteTool(WorkspaceTool):
     }
 
     async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
-        path = self.workspace.resolve(input["path"])
-        if path == self.workspace.root:
-            return ToolOutput(content="path names the workspace itself", is_error=True)
-        return await anyio.to_thread.run_sync(_write, path, input["path"], input["content"])
+        return await run_in_thread(write_file, self.workspace, input["path"], input["content"])
 
 
-def _write(path: Path, shown: str, content: str) -> ToolOutput:
-    if path.is_dir():
-        return ToolOutput(content=f"{shown} is a directory", is_error=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_file(workspace: Workspace, shown: str, content: str) -> ToolOutput:
+    """The tool's work, blocking. The file is opened (or created) beneath the workspace and
+    checked before it is truncated: a FIFO or a hard-linked file is refused untouched."""
     data = content.encode("utf-8")
-    path.write_bytes(data)
+    opened = workspace.open_file(shown, os.O_WRONLY | os.O_CREAT, create_parents=True)
+    with open(opened.fd, "wb") as f:
+        f.truncate(0)
+        f.write(data)
     return ToolOutput(content=f"wrote {len(data)} bytes to {shown}")
