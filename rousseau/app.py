@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import structlog
+
 from rousseau.agent import (
     Agent,
     AllowAllApprover,
@@ -22,9 +24,13 @@ from rousseau.agent import (
     default_rules,
 )
 from rousseau.agent.approval import AskFn
+from rousseau.approvals import SPLITTERS, load_shell_parser
 from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.state import Store
 from rousseau.tools import Registry, Sandbox, builtin_registry
+from rousseau.tools.hardening import make_undumpable
+
+log = structlog.get_logger("rousseau.app")
 
 
 def build_approver(
@@ -50,12 +56,25 @@ def _pattern(ac: ApproverConfig) -> PatternApprover:
         chosen = [*plain, *(r for r in ac.rules if r.action == action)]
         return [PatternRule(tool=r.tool, match=r.match) for r in chosen]
 
+    allow = rules(ac.allow, "allow")
+    for rule in allow:
+        if rule.tool in SPLITTERS and '"command"' in rule.match:
+            # Written for the input JSON, which allow rules for bash no longer see: it fails
+            # closed (matches nothing), and says so.
+            log.warning(
+                "approver.json_rule_for_bash",
+                tool=rule.tool,
+                match=rule.match,
+                hint="allow rules for bash match each simple command's text, e.g. '^git status'",
+            )
+    load_shell_parser()
     return PatternApprover(
-        allow=rules(ac.allow, "allow"),
+        allow=allow,
         deny=rules(ac.deny, "deny"),
         ask=rules(ac.ask, "ask"),
         default=ac.default,
         reason=ac.reason,
+        splitters=SPLITTERS,
     )
 
 
@@ -73,15 +92,18 @@ def build_sandbox(config: Config) -> Sandbox | None:
         memory_mb=limits.memory_mb,
         processes=limits.processes,
         hidden=tuple(p.resolve() for p in hidden),
+        databases=(Path(config.state.path).expanduser().resolve(),),
     )
 
 
 def build_registry(config: Config) -> Registry:
+    make_undumpable()  # bash must not read this process's environment or memory (hardening.py)
     return builtin_registry(
         Path(config.agent.workspace).expanduser(),
         bash_timeout=config.agent.bash_timeout,
         secrets=config.secrets(),
         sandbox=build_sandbox(config),
+        bash_env=config.agent.bash_env,
     )
 
 

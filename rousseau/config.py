@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -213,7 +214,10 @@ class RuleConfig(Section):
     tool: str
     """The tool the rule applies to, or * for any tool."""
     match: str = ""
-    """A regex searched for in the call's compact input JSON; empty matches every call."""
+    """A regex searched for in the call's compact input JSON; empty matches every call. For
+    bash, an allow rule is matched against each part of the parsed command line (each simple
+    command, substitution and file redirection) and allows it only when every part matches
+    some allow rule; deny and ask rules also see the raw JSON."""
 
 
 class ActionRuleConfig(RuleConfig):
@@ -280,6 +284,10 @@ class AgentConfig(Section):
     """The folder of skills, markdown files that join the prompt on turns that mention them."""
     bash_timeout: Duration = 60.0
     """The bash tool's timeout when a call names none; a call may ask for up to 1h."""
+    bash_env: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
+    """Environment variables bash gets although they look like credentials (by name, or a
+    value holding a configured secret, a URL with a password or a known key's shape); the
+    rest of those are removed."""
     turn_timeout: Duration = 600.0
     """The longest a turn may take in the daemon (the user is told when it is cut off); time
     spent waiting for a human's approval counts too."""

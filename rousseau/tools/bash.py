@@ -1,4 +1,7 @@
-"""bash: run a shell command in the workspace, with a timeout and no secrets in its environment."""
+"""bash: run a shell command in the workspace, with a timeout and no secrets in its environment.
+
+Every command runs under the launcher of `hardening` (Linux), which kills whatever the
+command started, `setsid` escapees included, when it ends or times out."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import anyio
 from anyio.abc import Process
 
 from rousseau.agent import ToolCall, ToolOutput
+from rousseau.tools import hardening
 from rousseau.tools.base import Tool, Workspace
 from rousseau.tools.sandbox import Sandbox
 
@@ -22,24 +26,52 @@ MAX_TIMEOUT = 3600
 
 # Names that carry credentials by convention; their values never reach a tool's shell.
 _SECRET_NAME = re.compile(
-    r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|AUTH)",
+    r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE_?KEY|ACCESS_?KEY"
+    r"|AUTH|COOKIE|WEBHOOK|CONN(ECTION)?_?STR"
+    r"|(^|_)(KEYS?|PASS)$|_PWD$|_DSN$"
+    r"|(DATABASE|DB|REDIS|MONGO(DB)?|POSTGRES(QL)?|PG|MYSQL|MARIADB|AMQP|RABBITMQ|BROKER"
+    r"|CACHE|ELASTICSEARCH)_?UR[LI]$",
     re.IGNORECASE,
 )
 _SECRET_PREFIXES = ("ROUSSEAU_", "AWS_", "GOOGLE_APPLICATION_CREDENTIALS")
+# Values that carry one whatever their name: a URL with a password (or token) before the
+# host, a secret in a URL's query, a private key, the shapes of well-known API keys.
+_SECRET_VALUE = re.compile(
+    r"[a-z][a-z0-9+.-]*://[^/?#@\s]+@"
+    r"|[?&](access_?token|token|api_?key|key|secret|password|passwd|pwd|auth|sig(nature)?)="
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|\b(sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_|glpat-|xox[abposr]-"
+    r"|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,})",
+    re.IGNORECASE,
+)
+MIN_SECRET_INSIDE = 8
+"""Configured secrets at least this long are looked for inside values; shorter ones
+(which would match innocent text) only as a whole value."""
 
 
 def scrubbed_environ(
-    environ: Mapping[str, str] | None = None, secrets: Iterable[str] = ()
+    environ: Mapping[str, str] | None = None,
+    secrets: Iterable[str] = (),
+    allow: Iterable[str] = (),
 ) -> dict[str, str]:
-    """The environment minus credentials: by name, and by value for configured secrets."""
+    """The environment minus credentials: by name, by a configured secret anywhere in the
+    value, by a value that looks like one. Variables named in `allow` stay whatever they hold."""
     source = os.environ if environ is None else environ
-    values = {s for s in secrets if s and len(s) >= 4}
+    wanted = set(allow)
+    whole = {s for s in secrets if s and len(s) >= 4}
+    inside = [s for s in whole if len(s) >= MIN_SECRET_INSIDE]
+
+    def secret(name: str, value: str) -> bool:
+        return bool(
+            _SECRET_NAME.search(name)
+            or name.startswith(_SECRET_PREFIXES)
+            or value in whole
+            or any(s in value for s in inside)
+            or _SECRET_VALUE.search(value)
+        )
+
     return {
-        name: value
-        for name, value in source.items()
-        if not _SECRET_NAME.search(name)
-        and not name.startswith(_SECRET_PREFIXES)
-        and value not in values
+        name: value for name, value in source.items() if name in wanted or not secret(name, value)
     }
 
 
@@ -85,16 +117,22 @@ class BashTool(Tool):
 
     async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
         sandbox = self.sandbox
-        if sandbox is None:
-            return await self._run(["/bin/sh", "-c", input["command"]], input)
-        cgroup = await anyio.to_thread.run_sync(sandbox.new_cgroup)
+        # The sandbox's pids cgroup, where it can make one, also serves to kill everything.
+        limited = None if sandbox is None else await anyio.to_thread.run_sync(sandbox.new_cgroup)
+        cgroup = limited
         try:
-            argv = await anyio.to_thread.run_sync(
-                sandbox.command, self.workspace.root, input["command"], cgroup
-            )
-            return await self._run(argv, input)
+            if cgroup is None and hardening.SUPPORTED:
+                cgroup = await anyio.to_thread.run_sync(hardening.new_cgroup)
+            if sandbox is None:
+                argv = ["/bin/sh", "-c", input["command"]]
+            else:
+                argv = await anyio.to_thread.run_sync(
+                    sandbox.command, self.workspace.root, input["command"], limited
+                )
+            return await self._run(hardening.launcher(argv, cgroup), input)
         finally:
-            await anyio.to_thread.run_sync(sandbox.remove_cgroup, cgroup)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(hardening.remove_cgroup, cgroup)
 
     async def _run(self, argv: list[str], input: dict[str, Any]) -> ToolOutput:
         timeout = float(input.get("timeout") or self.timeout)
@@ -118,9 +156,8 @@ class BashTool(Tool):
                     _kill_group(process)
             timed_out = scope.cancelled_caught
         finally:
-            _kill_group(process)
             with anyio.CancelScope(shield=True):
-                await process.wait()
+                await _stop(process)
                 await process.aclose()
         text = output.text()
         if timed_out:
@@ -140,6 +177,17 @@ async def _drain(process: Process, output: _CappedOutput) -> None:
             output.add(chunk)
     except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass
+
+
+async def _stop(process: Process) -> None:
+    """End the command and all it started. The launcher is asked first: it also knows what
+    left the process group; then the group is killed, whatever happened."""
+    if process.returncode is None and hardening.SUPPORTED:
+        process.terminate()
+        with anyio.move_on_after(hardening.STOP_GRACE):
+            await process.wait()
+    _kill_group(process)
+    await process.wait()
 
 
 def _kill_group(process: Process) -> None:

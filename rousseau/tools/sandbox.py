@@ -2,9 +2,12 @@
 
 Inside, the workspace is the only writable path; the system's programs and /etc are visible
 read-only; the home directory, the state database and everything else are not there at all;
-/tmp is private; the network is off unless allowed. CPU time and memory are capped per
-process (prlimit), and the number of processes by a pids cgroup when one can be made here,
-else by RLIMIT_NPROC (which the kernel does not apply to root).
+/tmp is private; the network is off unless allowed. A database or the config that lies inside
+the workspace anyway is masked: a database's whole folder (so its -wal, -shm and -journal,
+and files that appear later, are not there either), or, for a database right in the workspace
+folder, each of its files (ones that do not exist yet as empty read-only stand-ins). CPU
+time and memory are capped per process (prlimit), and the number of processes by a pids
+cgroup when one can be made here, else by RLIMIT_NPROC (which the kernel does not apply to root).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import os
 import shlex
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from rousseau.tools import hardening
+
+SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 _cgroups = itertools.count(1)
 
@@ -59,7 +64,9 @@ class Sandbox:
     memory_mb: int = 1024
     processes: int = 256
     hidden: tuple[Path, ...] = ()
-    """Files inside the workspace to hide anyway (the state database, the config)."""
+    """Files to hide where the sandbox would see them (the config, the state database)."""
+    databases: tuple[Path, ...] = ()
+    """SQLite databases to hide, with their -wal, -shm and -journal files, wherever they are."""
     binary: str = "bwrap"
     cgroup_root: Path | None = field(default_factory=_pids_cgroup_root)
 
@@ -85,18 +92,9 @@ class Sandbox:
 
     @staticmethod
     def remove_cgroup(path: Path | None) -> None:
-        """Remove a finished command's cgroup (blocking, at most a second: killed members
-        may take a moment to go)."""
-        if path is None:
-            return
-        for _ in range(40):
-            try:
-                path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.025)
+        """Kill what is left in a finished command's cgroup and remove it (blocking, at most
+        a second: killed members may take a moment to go)."""
+        hardening.remove_cgroup(path)
 
     @cached_property
     def _system(self) -> list[str]:
@@ -118,9 +116,7 @@ class Sandbox:
     def command(self, workspace: Path, script: str, cgroup: Path | None = None) -> list[str]:
         """The argv that runs `script` with /bin/sh inside the sandbox."""
         args = [*self._system, "--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
-        for secret in self.hidden:
-            if secret.exists():
-                args += ["--ro-bind", "/dev/null", str(secret)]
+        args += self._masks(Path(os.path.realpath(workspace)))
         args += ["--setenv", "HOME", str(workspace), "--", "/bin/sh", "-c", script]
         limits = [
             "prlimit",
@@ -134,6 +130,35 @@ class Sandbox:
             join = f'echo $$ > {shlex.quote(str(cgroup / "cgroup.procs"))} && exec "$@"'
             return ["/bin/sh", "-c", join, "sandbox", *wrapped]
         return wrapped
+
+    def _masks(self, workspace: Path) -> list[str]:
+        """bwrap arguments that hide the databases and `hidden` files the sandbox would see."""
+        roots = [workspace, *{Path(os.path.realpath(d)) for d in _SYSTEM_DIRS if os.path.isdir(d)}]
+
+        def root_of(path: Path) -> Path | None:
+            return next((r for r in roots if path == r or path.is_relative_to(r)), None)
+
+        args: list[str] = []
+        folders: list[Path] = []
+        for database in self.databases:
+            folder = database.parent
+            root = root_of(folder)
+            if root is None:  # not in the sandbox at all
+                continue
+            if folder != root:  # the whole folder, whatever appears in it later
+                if folder not in folders and (root == workspace or folder.is_dir()):
+                    folders.append(folder)
+                    args += ["--tmpfs", str(folder)]
+                continue
+            for path in (database, *(Path(f"{database}{s}") for s in SQLITE_SIDECARS)):
+                # a missing file becomes an empty stand-in the sandbox cannot write (only in
+                # the workspace: elsewhere the sandbox cannot create it either)
+                if path.exists() or root == workspace:
+                    args += ["--ro-bind", "/dev/null", str(path)]
+        for secret in self.hidden:
+            if secret.exists() and not any(secret.is_relative_to(f) for f in folders):
+                args += ["--ro-bind", "/dev/null", str(secret)]
+        return args
 
     def check(self, workspace: Path) -> str:
         """Run a harmless command inside; raise SandboxError saying why it cannot."""

@@ -5,10 +5,12 @@ reason, where bwrap cannot run (CI installs bubblewrap)."""
 from __future__ import annotations
 
 import socket
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from rousseau.agent import ToolCall
@@ -64,6 +66,56 @@ async def test_nothing_outside_the_workspace_is_writable(home: Path) -> None:
     assert not failed and not Path("/tmp/private").exists()  # its own /tmp
 
 
+def wal_database(path: Path) -> sqlite3.Connection:
+    """An open database in WAL mode whose newest rows are only in its -wal file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("CREATE TABLE messages (text)")
+    db.execute("INSERT INTO messages VALUES ('every conversation')")
+    db.commit()
+    assert b"every conversation" in Path(f"{path}-wal").read_bytes()
+    assert Path(f"{path}-shm").exists()
+    return db
+
+
+@pytest.mark.parametrize("where", ["state/sessions.db", "sessions.db"])
+async def test_every_file_of_a_database_in_the_workspace_is_masked(home: Path, where: str) -> None:
+    """The -wal holds the newest messages and the -shm its index; a -journal written by
+    the sandbox would be played back into the database at the next start."""
+    path = home / "workspace" / where
+    db = wal_database(path)
+    try:
+        tool = bash(home, databases=(path,))
+        for name in (where, f"{where}-wal", f"{where}-shm", f"{where}-journal"):
+            _, text = await run(tool, f"cat {name}; echo end")
+            assert "every conversation" not in text and text.endswith("end"), name
+            await run(tool, f"echo forged > {name}; echo forged >> {name}")
+            real = Path(home / "workspace" / name)
+            assert not real.exists() or b"forged" not in real.read_bytes(), name
+        assert db.execute("SELECT text FROM messages").fetchall() == [("every conversation",)]
+    finally:
+        db.close()
+
+
+async def test_files_that_appear_in_the_state_folder_later_are_masked(home: Path) -> None:
+    state = home / "workspace" / "state"
+    state.mkdir()
+    tool = bash(home, databases=(state / "sessions.db",))
+    wait = "for i in $(seq 40); do [ -s state/late ] && cat state/late && break; sleep 0.1; done"
+    async with anyio.create_task_group() as tg:
+        result: list[str] = []
+
+        async def probe() -> None:
+            result.append((await run(tool, f"{wait}; echo end"))[1])
+
+        tg.start_soon(probe)
+        await anyio.sleep(1)
+        (state / "late").write_text("every conversation")
+    assert result == ["end"]
+
+
 async def test_home_and_the_state_database_are_out_of_reach(home: Path) -> None:
     tool = bash(home)
     for secret in (home / "state.db", home / ".ssh" / "id_ed25519"):
@@ -111,3 +163,15 @@ async def test_processes_are_capped_and_a_fork_bomb_is_contained(home: Path) -> 
 async def test_cpu_time_is_capped(home: Path) -> None:
     failed, text = await run(bash(home, cpu_seconds=1), "while :; do :; done", seconds=15)
     assert failed and "timed out" not in text  # killed by the CPU limit, not the timeout
+
+
+async def test_an_escaped_child_is_killed_at_the_timeout(home: Path) -> None:
+    marker = home / "workspace" / "survived"
+    command = (
+        f"setsid sh -c 'touch ready; sleep 2; touch {marker.name}' >/dev/null 2>&1 &\n"
+        "while [ ! -e ready ]; do sleep 0.05; done; sleep 30"
+    )
+    failed, text = await run(bash(home), command, seconds=1)
+    assert failed and "timed out after 1 s" in text
+    await anyio.sleep(3)
+    assert not marker.exists()
