@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     approve = psub.add_parser("approve", help="admit the sender behind a code")
     approve.add_argument("code")
     approve.set_defaults(func=_pair_approve)
+    reject = psub.add_parser("reject", help="drop a code; its sender gets no new one for a day")
+    reject.add_argument("code")
+    reject.set_defaults(func=_pair_reject)
 
     sub.add_parser("version", help="print the version").set_defaults(func=_version)
     sub.add_parser(
@@ -289,6 +292,7 @@ def _whatsapp_login(config: Config) -> int:
 def _pair_list(args: argparse.Namespace) -> int:
     import datetime
 
+    from rousseau.approvals import visible
     from rousseau.state.daemon_state import DaemonState
 
     with _store(args) as store:
@@ -296,22 +300,46 @@ def _pair_list(args: argparse.Namespace) -> int:
     if not codes:
         print("no pairing codes waiting")
         return 0
-    print(f"{'CODE':<10}{'TRANSPORT':<11}{'SENDER':<24}EXPIRES")
+    rows = [["CODE", "TRANSPORT", "SENDER", "CHAT", "ASKED", "EXPIRES"]]
     for c in codes:
-        expires = datetime.datetime.fromtimestamp(c.expires_at).strftime("%H:%M")
-        print(f"{c.code:<10}{c.transport:<11}{c.sender_id:<24}{expires}")
+        # ids come from strangers: shown with nothing invisible in them
+        rows.append([c.code, c.transport, visible(c.sender_id, 40, 20), visible(c.chat_id, 40, 20)])
+        rows[-1] += [
+            datetime.datetime.fromtimestamp(t).strftime("%H:%M")
+            for t in (c.created_at, c.expires_at)
+        ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
 
 
 def _pair_approve(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
+    from rousseau.approvals import visible
     from rousseau.state.daemon_state import DaemonState
 
     with _store(args) as store:
         approved = DaemonState(store).approve_sync(args.code)
     if approved is None:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
-    print(f"admitted {approved.transport} sender {approved.sender_id}")
+    print(f"admitted {approved.transport} sender {visible(approved.sender_id)}")
+    return 0
+
+
+def _pair_reject(args: argparse.Namespace) -> int:
+    from rousseau.agent import StoreError
+    from rousseau.approvals import visible
+    from rousseau.state.daemon_state import REJECTED_FOR, DaemonState
+
+    with _store(args) as store:
+        rejected = DaemonState(store).reject_sync(args.code)
+    if rejected is None:
+        raise StoreError(f"no such pairing code (or it expired): {args.code}")
+    print(
+        f"rejected {rejected.transport} sender {visible(rejected.sender_id)}"
+        f" (no new code for them for {REJECTED_FOR / 3600:g} h)"
+    )
     return 0
 
 

@@ -22,6 +22,8 @@ from rousseau.transports.base import Inbound
 log = structlog.get_logger("rousseau.router")
 
 PAIRING_TTL = 3600.0
+PAIRING_REPLY_EVERY = 600.0
+"""A stranger is told their code at most once in this long; other messages get no reply."""
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 
 
@@ -123,6 +125,8 @@ class Admission:
         self.denied_reply = denied_reply
         self._strangers = Bounded(10_000)
         self._denied = Bounded(10_000)
+        self._told: OrderedDict[tuple[str, str], float] = OrderedDict()
+        """(transport, sender) -> when they were last told their pairing code (LRU-bounded)."""
 
     def policy(self, transport: str) -> ChatPolicy:
         return self.policies.get(transport, ChatPolicy())
@@ -168,19 +172,7 @@ class Admission:
 
     async def _stranger(self, inbound: Inbound, policy: ChatPolicy) -> Admitted:
         if policy.policy == "pairing":
-            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
-            given = await self.state.pairing_code(
-                inbound.transport, inbound.sender_id, inbound.chat_id, code, PAIRING_TTL
-            )
-            if given is None:
-                log.warning("router.pairing_full", transport=inbound.transport)
-                return _DROP
-            log.info("router.pairing_code", transport=inbound.transport, sender=inbound.sender_id)
-            return Admitted(
-                verdict=Verdict.ANSWER,
-                reply=f"I don't know you yet. Ask my owner to run: rousseau pair approve {given}\n"
-                "(the code is valid for one hour)",
-            )
+            return await self._pairing(inbound)
         if self._strangers.add(f"{inbound.transport}:{inbound.sender_id}"):
             log.warning(
                 "router.ignored_sender",
@@ -190,6 +182,40 @@ class Admission:
                 f" or set {inbound.transport}.policy: pairing",
             )
         return _DROP
+
+    async def _pairing(self, inbound: Inbound) -> Admitted:
+        """A stranger is told their one code at most once per PAIRING_REPLY_EVERY; messages
+        in between are dropped before they cost a write. A flood of strangers makes room for
+        a newcomer (see DaemonState.pairing_code)."""
+        transport, sender = inbound.transport, inbound.sender_id
+        key = (transport, sender)
+        now = time.monotonic()
+        told = self._told.get(key)
+        if told is not None and now - told < PAIRING_REPLY_EVERY:
+            log.debug("router.pairing_quiet", transport=transport, sender=sender)
+            return _DROP
+        code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
+        grant = await self.state.pairing_code(transport, sender, inbound.chat_id, code, PAIRING_TTL)
+        self._told[key] = now  # a rejected sender, too, costs nothing for a while
+        self._told.move_to_end(key)
+        while len(self._told) > 10_000:
+            self._told.popitem(last=False)
+        if grant is None:
+            log.info("router.pairing_rejected", transport=transport, sender=sender)
+            return _DROP
+        if grant.evicted is not None:
+            log.warning(
+                "router.pairing_full",
+                transport=transport,
+                evicted=grant.evicted.sender_id,
+                hint="many strangers are asking to pair: see `rousseau pair list`",
+            )
+        log.info("router.pairing_code", transport=transport, sender=sender, new=grant.new)
+        return Admitted(
+            verdict=Verdict.ANSWER,
+            reply=f"I don't know you yet. Ask my owner to run: rousseau pair approve {grant.code}\n"
+            "(the code is valid for one hour)",
+        )
 
 
 def chat_policies(config: object) -> dict[str, ChatPolicy]:

@@ -94,13 +94,19 @@ async def test_pairing_code_then_approval_admits() -> None:
     assert sent[1].text == "echo: now?"
 
 
-async def test_pairing_limits_pending_codes() -> None:
-    async with running(FunctionProvider(echo), policy=ChatPolicy(policy="pairing")) as (_, t):
+async def test_pairing_makes_room_for_every_newcomer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rousseau.state.daemon_state.MAX_PENDING_CODES", 3)
+    store = Store(":memory:")
+    async with running(FunctionProvider(echo), store, policy=ChatPolicy(policy="pairing")) as (
+        _,
+        t,
+    ):
         for i in range(5):
             await t.inject("hi", sender_id=f"s{i}", chat_id=f"c{i}")
-        await t.wait_sent(3)
-        await anyio.sleep(0.3)
-    assert len(t.sent) == 3
+        sent = await t.wait_sent(5)
+        pending = await anyio.to_thread.run_sync(DaemonState(store).pairing_codes_sync)
+    assert sorted(s.chat_id for s in sent) == [f"c{i}" for i in range(5)]
+    assert [c.sender_id for c in pending] == ["s2", "s3", "s4"]  # the oldest made room
 
 
 async def test_groups_need_a_mention() -> None:

@@ -12,7 +12,9 @@ from rousseau.agent.approval import (
     DenyAllApprover,
     PatternApprover,
     PatternRule,
+    Splitter,
     default_rules,
+    input_digest,
 )
 from rousseau.agent.compress import Compressor, LLMCompressor, NoopCompressor
 from rousseau.agent.errors import (
@@ -99,6 +101,7 @@ __all__ = [
     "RousseauError",
     "Session",
     "SkillsProvider",
+    "Splitter",
     "StopReason",
     "StoreError",
     "StreamEvent",
@@ -116,4 +119,5 @@ __all__ = [
     "TransportError",
     "Usage",
     "default_rules",
+    "input_digest",
 ]

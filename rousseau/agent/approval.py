@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+import structlog
+
 from rousseau.agent.types import ToolUse
+
+log = structlog.get_logger("rousseau.agent")
+
+
+def input_digest(use: ToolUse) -> str:
+    """sha256 (hex) of the call's exact compact input JSON: what a decision is bound to."""
+    return hashlib.sha256(use.input_json().encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -27,6 +38,10 @@ class ApprovalRequest:
     def input(self) -> dict[str, Any]:
         return self.tool_use.input
 
+    def digest(self) -> str:
+        """The input's digest now (see `input_digest`)."""
+        return input_digest(self.tool_use)
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Decision:
@@ -36,10 +51,13 @@ class Decision:
     reason: str = ""
     by: str = ""
     """Who or what decided, for the audit trail: a rule, the policy, a person, a timeout."""
+    digest: str = ""
+    """The `input_digest` of the input this decision was made on, if it is bound to one:
+    the loop refuses to run an allowed call whose input no longer has this digest."""
 
     @classmethod
-    def allowed(cls, by: str = "") -> Decision:
-        return cls(allow=True, by=by)
+    def allowed(cls, by: str = "", digest: str = "") -> Decision:
+        return cls(allow=True, by=by, digest=digest)
 
     @classmethod
     def denied(cls, reason: str, by: str = "") -> Decision:
@@ -96,6 +114,10 @@ class _CompiledRule:
 
 Verdict = Literal["allow", "deny"]
 
+Splitter = Callable[[Mapping[str, Any]], list[str] | None]
+"""The parts of a call that allow rules must each match (a shell line's simple commands,
+substitutions and redirections), or None when the input cannot be split (unparsable)."""
+
 
 def _label(rule: PatternRule) -> str:
     return f"{rule.tool} {rule.match!r}" if rule.match else rule.tool
@@ -106,6 +128,11 @@ class PatternApprover:
 
     A rule whose regex does not compile denies every call to its tool, with the compile error
     as the reason, so a typo never opens a door.
+
+    A tool with a splitter (`splitters`, by tool name) is allowed by rules only when every part
+    the splitter returns is matched by some allow rule; a call it cannot split is left to the
+    default or a person, unless an allow rule with an empty `match` trusts the whole tool.
+    Deny and ask rules see the raw input JSON and every part.
     """
 
     def __init__(
@@ -115,6 +142,7 @@ class PatternApprover:
         default: str = "deny",
         reason: str = "",
         ask: Sequence[PatternRule] = (),
+        splitters: Mapping[str, Splitter] | None = None,
     ) -> None:
         if default not in ("", "allow", "deny"):
             raise ValueError(f"default must be 'allow' or 'deny', not {default!r}")
@@ -123,6 +151,20 @@ class PatternApprover:
         self._ask = [_CompiledRule(r) for r in ask]
         self.default: Verdict = "allow" if default == "allow" else "deny"
         self.reason = reason
+        self.splitters: Mapping[str, Splitter] = dict(splitters or {})
+
+    def parts(self, tool: str, input: Mapping[str, Any], raw: str) -> list[str] | None:
+        """What allow rules must each match: the splitter's parts, or the raw input JSON for
+        a tool without one; None when the splitter cannot read the input."""
+        split = self.splitters.get(tool)
+        if split is None:
+            return [raw]
+        try:
+            found = split(input)
+        except Exception:
+            log.exception("agent.splitter_failed", tool=tool)
+            return None
+        return list(found) if found else None
 
     def settle(self, request: ApprovalRequest) -> Decision | Literal["ask"] | None:
         """What the rules say: a decision, "ask" (a person must decide), or None (no rule
@@ -135,22 +177,40 @@ class PatternApprover:
         if not rules:
             return None
         raw = request.tool_use.input_json()
+        parts = self.parts(tool, request.input, raw)
+        seen = [raw, *(p for p in parts or () if p != raw)]
 
-        def hit(found: list[_CompiledRule]) -> _CompiledRule | None:
+        def hit(found: list[_CompiledRule], subjects: list[str]) -> _CompiledRule | None:
             return next(
-                (r for r in found if r.applies_to(tool) and r.regex and r.regex.search(raw)), None
+                (
+                    r
+                    for r in found
+                    if r.applies_to(tool) and r.regex and any(r.regex.search(s) for s in subjects)
+                ),
+                None,
             )
 
-        if (r := hit(self._deny)) is not None:
+        if (r := hit(self._deny, seen)) is not None:
             return Decision.denied(
                 self.reason or f"denied by rule: {r.rule.tool} matches {r.rule.match!r}",
                 by=f"rule: deny {_label(r.rule)}",
             )
-        if hit(self._ask) is not None:
+        if hit(self._ask, seen) is not None:
             return "ask"
-        if (r := hit(self._allow)) is not None:
-            return Decision.allowed(by=f"rule: allow {_label(r.rule)}")
-        return None
+        if tool in self.splitters:
+            whole = next((r for r in self._allow if r.applies_to(tool) and not r.rule.match), None)
+            if whole is not None:
+                return Decision.allowed(by=f"rule: allow {_label(whole.rule)}")
+        if not parts:
+            return None
+        used: list[_CompiledRule] = []
+        for part in parts:
+            r = hit(self._allow, [part])
+            if r is None:
+                return None
+            if r not in used:
+                used.append(r)
+        return Decision.allowed(by="rule: allow " + ", ".join(_label(r.rule) for r in used))
 
     def match(self, request: ApprovalRequest) -> Decision | None:
         """The decision the rules settle, or None when a person or the default must decide."""
@@ -204,12 +264,28 @@ class AskingApprover:
             return self.rules.fallback(request)
         if request.unattended:
             return Decision.denied(self.unattended_reason, by="unattended: nobody to ask")
+        asked = request.digest()
         answer = await self.ask(request)
-        if isinstance(answer, Decision):
+        if not isinstance(answer, Decision):
+            answer = (
+                Decision.allowed(by="person")
+                if answer
+                else Decision.denied(self.declined_reason, by="person")
+            )
+        if not answer.allow:
             return answer
-        if answer:
-            return Decision.allowed(by="person")
-        return Decision.denied(self.declined_reason, by="person")
+        # A person approved what they were shown: bind the answer to that input.
+        if request.digest() != asked or answer.digest not in ("", asked):
+            return input_changed(answer.by)
+        return dataclasses.replace(answer, digest=asked)
+
+
+def input_changed(by: str = "") -> Decision:
+    """The denial of an approved call whose input is no longer what was approved."""
+    return Decision.denied(
+        "the call's input changed after it was approved, so it was not run",
+        by=f"input changed after approval ({by})" if by else "input changed after approval",
+    )
 
 
 def default_rules() -> PatternApprover:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import copy
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 import anyio
 import structlog
 
-from rousseau.agent.approval import ApprovalRequest, Approver, Decision, default_rules
+from rousseau.agent.approval import (
+    ApprovalRequest,
+    Approver,
+    Decision,
+    default_rules,
+    input_changed,
+    input_digest,
+)
 from rousseau.agent.compress import Compressor, NoopCompressor
 from rousseau.agent.errors import (
     EmptySessionError,
@@ -226,7 +233,7 @@ async def run_tool(
     clock = time.monotonic()
     result, decision = await _attempt(tools, approver, session_id, use, unattended)
     if audit is not None:
-        digest = hashlib.sha256(use.input_json().encode()).hexdigest()[:16]
+        digest = input_digest(use)[:16]
         if decision is None:
             verdict, by, reason = "invalid", "", result.content[:200]
         else:
@@ -277,18 +284,27 @@ async def _attempt(
     if problem:
         return error(f"invalid input for {use.name}: {problem}"), None
     request = ApprovalRequest(session_id=session_id, tool_use=use, unattended=unattended)
+    asked = input_digest(use)
     try:
         decision = await approver.approve(request)
     except Exception as exc:
         log.exception("agent.approver_failed", session=session_id, tool=use.name)
         failed = Decision.denied(f"the approver failed ({exc})", by="approver error")
         return error(f"denied: {failed.reason}"), failed
+    if decision.allow:
+        # What runs is what was approved: the input is the one put to the approver (and, for a
+        # decision bound to a digest, the one the person saw), checked with no await between.
+        now = input_digest(use)
+        if now != asked or decision.digest not in ("", now):
+            log.warning("agent.input_changed", session=session_id, tool=use.name, by=decision.by)
+            decision = input_changed(decision.by)
     if not decision.allow:
         log.info("agent.tool_denied", session=session_id, tool=use.name, by=decision.by)
         return error(f"denied: {decision.reason or 'not approved'}"), decision
     call = ToolCall(session_id=session_id, tool_use_id=use.id)
     try:
-        output = await tool.execute(use.input, call)
+        # A copy of the checked input: nothing that still holds the original can change it now.
+        output = await tool.execute(copy.deepcopy(use.input), call)
     except Exception as exc:
         log.exception("agent.tool_failed", session=session_id, tool=use.name)
         return error(f"{use.name} failed: {type(exc).__name__}: {exc}"), decision

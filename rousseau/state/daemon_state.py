@@ -16,7 +16,11 @@ from typing import Protocol
 from rousseau.state.store import Store
 from rousseau.transports.base import Inbound, Outbound
 
-MAX_PENDING_CODES = 3
+MAX_PENDING_CODES = 20
+"""Pending pairing codes per transport; a newcomer past it evicts the oldest (see pairing_code)."""
+REJECTED_FOR = 86_400.0
+"""How long a sender whose code the owner rejected gets no new one."""
+_REJECTED = "pairing.rejected:"  # transport_state key prefix, + sender id; value: until when
 
 
 class Retention(Protocol):
@@ -42,6 +46,32 @@ class PairingCode:
     sender_id: str
     chat_id: str
     expires_at: float
+    created_at: float = 0.0
+
+
+@dataclass(kw_only=True, slots=True)
+class PairingGrant:
+    """The code a stranger is told, and what giving it cost."""
+
+    code: str
+    new: bool
+    """False when the sender already had this live code (they were told it before)."""
+    evicted: PairingCode | None = None
+    """The transport's oldest pending code, dropped to make room for this one."""
+
+
+_CODE_COLUMNS = "code, transport, sender_id, chat_id, expires_at, created_at"
+
+
+def _code(row: tuple[str, str, str, str, float, float]) -> PairingCode:
+    return PairingCode(
+        code=row[0],
+        transport=row[1],
+        sender_id=row[2],
+        chat_id=row[3],
+        expires_at=row[4],
+        created_at=row[5],
+    )
 
 
 class DaemonState:
@@ -350,68 +380,105 @@ class DaemonState:
 
     async def pairing_code(
         self, transport: str, sender_id: str, chat_id: str, new_code: str, ttl: float
-    ) -> str | None:
-        """The sender's live code (a new one if none), or None past the pending limit."""
+    ) -> PairingGrant | None:
+        """The sender's live code, or `new_code` if they have none; None if the owner
+        rejected them lately. One code per sender: writing again never makes another. When
+        the transport already has MAX_PENDING_CODES pending, the oldest is evicted (its
+        sender was sent it long since and may ask again), so a newcomer always gets a code."""
         now = time.time()
 
-        def op(db: sqlite3.Connection) -> str | None:
+        def op(db: sqlite3.Connection) -> PairingGrant | None:
             db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
+            db.execute(
+                "DELETE FROM transport_state WHERE key LIKE ? AND CAST(value AS REAL) <= ?",
+                (_REJECTED + "%", now),
+            )
+            if db.execute(
+                "SELECT 1 FROM transport_state WHERE transport = ? AND key = ?",
+                (transport, _REJECTED + sender_id),
+            ).fetchone():
+                return None
             row = db.execute(
                 "SELECT code FROM pairing_codes WHERE transport = ? AND sender_id = ?",
                 (transport, sender_id),
             ).fetchone()
             if row is not None:
-                return str(row[0])
+                return PairingGrant(code=str(row[0]), new=False)
+            evicted = None
             count = db.execute(
                 "SELECT count(*) FROM pairing_codes WHERE transport = ?", (transport,)
             ).fetchone()[0]
             if count >= MAX_PENDING_CODES:
-                return None
+                oldest = db.execute(
+                    f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE transport = ?"
+                    " ORDER BY created_at, rowid LIMIT 1",
+                    (transport,),
+                ).fetchone()
+                evicted = _code(oldest)
+                db.execute("DELETE FROM pairing_codes WHERE code = ?", (evicted.code,))
             db.execute(
                 "INSERT INTO pairing_codes (code, transport, sender_id, chat_id, created_at,"
                 " expires_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (new_code, transport, sender_id, chat_id, now, now + ttl),
             )
-            return new_code
+            return PairingGrant(code=new_code, new=True, evicted=evicted)
 
         return await self.store.call(op, write=True)
 
     def pairing_codes_sync(self) -> list[PairingCode]:
         def op(db: sqlite3.Connection) -> list[PairingCode]:
             rows = db.execute(
-                "SELECT code, transport, sender_id, chat_id, expires_at FROM pairing_codes"
-                " WHERE expires_at > ? ORDER BY created_at",
+                f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE expires_at > ?"
+                " ORDER BY created_at, rowid",
                 (time.time(),),
             ).fetchall()
-            return [
-                PairingCode(
-                    code=r[0], transport=r[1], sender_id=r[2], chat_id=r[3], expires_at=r[4]
-                )
-                for r in rows
-            ]
+            return [_code(r) for r in rows]
 
         return self.store.call_sync(op)
+
+    def _take_code(self, db: sqlite3.Connection, code: str) -> PairingCode | None:
+        """Remove a live code (any case) and return it; None if there is no such code."""
+        row = db.execute(
+            f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE code = ? AND expires_at > ?",
+            (code.strip().upper(), time.time()),
+        ).fetchone()
+        if row is None:
+            return None
+        db.execute("DELETE FROM pairing_codes WHERE code = ?", (row[0],))
+        return _code(row)
 
     def approve_sync(self, code: str) -> PairingCode | None:
         """Admit the sender behind a live code; None if no such code (or it expired)."""
 
         def op(db: sqlite3.Connection) -> PairingCode | None:
-            row = db.execute(
-                "SELECT code, transport, sender_id, chat_id, expires_at FROM pairing_codes"
-                " WHERE code = ? AND expires_at > ?",
-                (code.strip().upper(), time.time()),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute(
-                "INSERT OR IGNORE INTO allowed_senders (transport, sender_id, approved_at)"
-                " VALUES (?, ?, ?)",
-                (row[1], row[2], time.time()),
-            )
-            db.execute("DELETE FROM pairing_codes WHERE code = ?", (row[0],))
-            return PairingCode(
-                code=row[0], transport=row[1], sender_id=row[2], chat_id=row[3], expires_at=row[4]
-            )
+            found = self._take_code(db, code)
+            if found is not None:
+                db.execute(
+                    "INSERT OR IGNORE INTO allowed_senders (transport, sender_id, approved_at)"
+                    " VALUES (?, ?, ?)",
+                    (found.transport, found.sender_id, time.time()),
+                )
+                db.execute(
+                    "DELETE FROM transport_state WHERE transport = ? AND key = ?",
+                    (found.transport, _REJECTED + found.sender_id),
+                )
+            return found
+
+        return self.store.call_sync(op, write=True)
+
+    def reject_sync(self, code: str, *, for_seconds: float = REJECTED_FOR) -> PairingCode | None:
+        """Drop a live code; its sender gets no new one for `for_seconds`. None if no such
+        code (or it expired)."""
+
+        def op(db: sqlite3.Connection) -> PairingCode | None:
+            found = self._take_code(db, code)
+            if found is not None:
+                db.execute(
+                    "INSERT INTO transport_state (transport, key, value) VALUES (?, ?, ?)"
+                    " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
+                    (found.transport, _REJECTED + found.sender_id, str(time.time() + for_seconds)),
+                )
+            return found
 
         return self.store.call_sync(op, write=True)
 

@@ -130,8 +130,19 @@ class TerminalApproval:
         self.screen = screen
 
     async def __call__(self, request: ApprovalRequest) -> bool:
+        from rousseau.approvals import SPLITTERS, preview, visible
+
         self.screen.end()
         what = describe_call(request.tool_use, width=200)
+        raw = request.tool_use.input_json()
+        if what.endswith("…") or visible(raw, len(raw), 0) != raw or "\\n" in raw:
+            # Cut short, or hiding something (control characters, long blank runs, several
+            # lines): show all of it as the owners in chat see it, its end always in sight.
+            shown = preview(request.tool_use.name, request.tool_use.input, SPLITTERS)
+            for line in shown.splitlines():
+                self.screen.info.write(f"  {line}\n")
+            self.screen.info.flush()
+            what = request.tool_use.name
         answer = await self.reader.read(self.screen.paint.bold(f"  allow {what}? [y/N] "))
         return (answer or "").strip().lower() in ("y", "yes")
 

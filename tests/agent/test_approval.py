@@ -10,6 +10,7 @@ from rousseau.agent import (
     AllowAllApprover,
     ApprovalRequest,
     AskingApprover,
+    Decision,
     DenyAllApprover,
     PatternApprover,
     PatternRule,
@@ -134,3 +135,50 @@ async def test_asking_approver_never_waits_when_unattended() -> None:
     a = AskingApprover(rules=default_rules(), ask=ask)
     decision = await a.approve(req("bash", unattended=True, command="ls"))
     assert not decision.allow and "no one is present" in decision.reason
+
+
+async def test_a_splitter_makes_every_part_need_an_allow_rule() -> None:
+    def words(input: dict[str, Any]) -> list[str] | None:
+        text = input.get("command", "")
+        return text.split("+") if "?" not in text else None
+
+    a = PatternApprover(
+        allow=[PatternRule(tool="bash", match="^a$"), PatternRule(tool="bash", match="^b$")],
+        deny=[PatternRule(tool="bash", match="^z$")],
+        splitters={"bash": words},
+    )
+    decision = await a.approve(req("bash", command="a+b+a"))
+    assert decision.allow and decision.by == "rule: allow bash '^a$', bash '^b$'"
+    assert not (await a.approve(req("bash", command="a+c"))).allow
+    assert not (await a.approve(req("bash", command="a?"))).allow  # unsplittable: the default
+    denied = await a.approve(req("bash", command="a+z"))  # deny rules see each part too
+    assert not denied.allow and denied.by == "rule: deny bash '^z$'"
+
+
+async def test_a_failing_splitter_never_allows() -> None:
+    def broken(input: dict[str, Any]) -> list[str] | None:
+        raise RuntimeError("boom")
+
+    a = PatternApprover(allow=[PatternRule(tool="bash", match="ls")], splitters={"bash": broken})
+    assert not (await a.approve(req("bash", command="ls"))).allow
+
+
+async def test_a_persons_yes_is_bound_to_the_input_they_saw() -> None:
+    seen: list[str] = []
+
+    async def yes(request: ApprovalRequest) -> bool:
+        seen.append(request.digest())
+        return True
+
+    a = AskingApprover(rules=PatternApprover(), ask=yes)
+    request = req("bash", command="ls")
+    decision = await a.approve(request)
+    assert decision.allow and decision.digest == seen[0] == request.digest()
+
+    async def yes_to_something_else(request: ApprovalRequest) -> Decision:
+        return Decision.allowed(by="owner", digest="0" * 64)
+
+    stale = await AskingApprover(rules=PatternApprover(), ask=yes_to_something_else).approve(
+        req("bash", command="ls")
+    )
+    assert not stale.allow and "changed after it was approved" in stale.reason
