@@ -15,6 +15,7 @@ import pytest
 
 from rousseau.agent import ToolCall
 from rousseau.tools import BashTool, Sandbox, SandboxError, Workspace
+from tests.helpers import unavailable
 
 pytestmark = pytest.mark.anyio
 CALL = ToolCall(session_id="s", tool_use_id="t")
@@ -24,7 +25,7 @@ def usable(sandbox: Sandbox, workspace: Path) -> None:
     try:
         sandbox.check(workspace)
     except SandboxError as exc:
-        pytest.skip(f"bwrap cannot run on this machine: {exc}")
+        unavailable(f"bwrap cannot run on this machine: {exc}")
 
 
 @pytest.fixture
