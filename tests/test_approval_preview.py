@@ -125,17 +125,27 @@ async def test_bidirectional_controls_are_shown_not_obeyed(
 
 
 def test_long_input_keeps_its_head_and_its_tail() -> None:
-    command = "echo " + "".join(f"{i:05d} " for i in range(2000)) + "&& rm -rf ~"
+    command = "echo " + "".join(f"{i:05d} " for i in range(600)) + "&& rm -rf ~"  # < 4 KB
     text = preview("bash", {"command": command})
     assert text.startswith('{"command":"echo 00000 00001')
     head_and_tail = text.split("\n", 1)[0]
-    assert head_and_tail.endswith('01999 && rm -rf ~"}')
+    assert head_and_tail.endswith('00599 && rm -rf ~"}')
     hidden = re.search(r"… ([\d,]+) characters not shown …", head_and_tail)
     assert hidden is not None
     shown = len(head_and_tail) - len(hidden.group(0))
     assert shown + int(hidden.group(1).replace(",", "")) == len('{"command":"' + command + '"}')
     # the list of commands names the rm, whatever the middle holds
     assert "  2. rm -rf ~" in text
+
+
+def test_a_line_too_long_to_parse_is_shown_whole_and_allowed_by_no_pattern() -> None:
+    from rousseau.approvals import MAX_PARSED, split_bash
+
+    command = "echo " + "x" * MAX_PARSED + " && rm -rf ~"
+    assert split_bash({"command": command}) is None
+    text = preview("bash", {"command": command})
+    assert text.split("\n", 1)[0].endswith(' && rm -rf ~"}')
+    assert "could not be parsed" in text
 
 
 def test_newlines_tabs_and_invisible_characters_are_visible() -> None:
