@@ -24,7 +24,7 @@ from rousseau.agent import (
     default_rules,
 )
 from rousseau.agent.approval import AskFn
-from rousseau.approvals import SPLITTERS, load_shell_parser
+from rousseau.approvals import SPLITTERS
 from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.state import Store
 from rousseau.tools import Registry, Sandbox, builtin_registry
@@ -67,7 +67,6 @@ def _pattern(ac: ApproverConfig) -> PatternApprover:
                 match=rule.match,
                 hint="allow rules for bash match each simple command's text, e.g. '^git status'",
             )
-    load_shell_parser()
     return PatternApprover(
         allow=allow,
         deny=rules(ac.deny, "deny"),

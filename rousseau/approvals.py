@@ -85,8 +85,6 @@ class ChatApprovals:
         self.notify = notify
         self.splitters: Mapping[str, Splitter] = SPLITTERS if splitters is None else splitters
         """How a call's parts are listed under its input (bash: its simple commands)."""
-        if self.splitters:
-            load_shell_parser()
         self.waiting: Callable[[], AbstractAsyncContextManager[None]] = _nowhere
         """Held while a turn waits for an answer (the router frees the turn's slot)."""
         self.pending: dict[str, _Pending] = {}
@@ -293,8 +291,8 @@ def _bashlex() -> Any:
 
 
 def load_shell_parser() -> None:
-    """Build the shell parser's tables now, at start-up, rather than on the event loop at the
-    first approval."""
+    """Build the shell parser's tables now (the daemon does it on a thread at start-up),
+    rather than on the event loop at the first approval."""
     _bashlex()
 
 

@@ -23,7 +23,7 @@ from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 
 from rousseau.agent import Provider, TransportAuthError
 from rousseau.app import build_agent, build_approver, build_registry
-from rousseau.approvals import ChatApprovals
+from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.config import Config, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
@@ -95,9 +95,12 @@ class Daemon:
         config = self.config
         async with anyio.create_task_group() as probes:
             probes.start_soon(self.lag.run)
-            # Opening the store (migrations, a wait for the WAL switch) and building the
-            # provider (its SDK's import) are blocking work: off the event loop.
+            # Opening the store (migrations, a wait for the WAL switch), importing the shell
+            # parser and building the provider (its SDK's import) are blocking work: off the
+            # event loop.
             store = await anyio.to_thread.run_sync(Store, config.state.path)
+            if config.agent.approver is not None or config.cron.approver is not None:
+                await anyio.to_thread.run_sync(load_shell_parser)  # for bash rules: 0.2 s
             provider: Provider | None = None
             try:
                 for name, transport in self.transports.items():
