@@ -38,7 +38,6 @@ class Courier:
         *,
         metrics: Metrics | None = None,
         send_timeout: float = 60.0,
-        on_round: anyio.Event | None = None,
     ) -> None:
         self.transport = transport
         self.state = state
@@ -46,9 +45,6 @@ class Courier:
         self.send_timeout = send_timeout
         self._busy: set[str] = set()
         self._wake = anyio.Event()
-        self.rounds = 0
-        """Passes over the outbox so far (the router's drain waits on these)."""
-        self.round_done = on_round or anyio.Event()
 
     def wake(self) -> None:
         self._wake.set()
@@ -65,9 +61,6 @@ class Courier:
                     failures += 1
                     log.exception("router.delivery_failed", transport=self.transport.name)
                     wait = min(30.0, 0.5 * 2**failures)
-                self.rounds += 1
-                self.round_done.set()
-                self.round_done = anyio.Event()
                 if wait > 0:
                     with anyio.move_on_after(wait):
                         await self._wake.wait()

@@ -249,16 +249,14 @@ class Router:
             session = await self._session(inbound)
             current_inbound.set(inbound)  # this task's context: tools see which chat asked
             with structlog.contextvars.bound_contextvars(session=session.id):
+                appended, done = False, None
                 if item.replay or item.attempts or item.waits:
-                    if await self.state.was_appended(inbound):
-                        done = await self.state.finished_reply(inbound, session.id)
-                        if done is not None:  # answered before a stop, never queued
-                            log.info("router.turn_already_finished")
-                            await self._reply(inbound, done.strip())
-                            return
-                    else:
-                        await self._append_user(session, inbound)
-                else:
+                    appended, done = await self.state.progress(inbound, session.id)
+                if done is not None:  # answered before a stop, never queued
+                    log.info("router.turn_already_finished")
+                    await self._reply(inbound, done.strip())
+                    return
+                if not appended:
                     await self._append_user(session, inbound)
                 await self._reply(inbound, await self._turn(session, inbound))
 

@@ -122,36 +122,27 @@ class DaemonState:
 
         await self.store.submit(op, key=session_id)
 
-    async def was_appended(self, inbound: Inbound) -> bool:
-        def op(db: sqlite3.Connection) -> bool:
-            row = db.execute(
-                "SELECT appended FROM inbox WHERE transport = ? AND message_id = ?",
-                (inbound.transport, inbound.message_id),
-            ).fetchone()
-            return bool(row and row[0])
+    async def progress(self, inbound: Inbound, session_id: str) -> tuple[bool, str | None]:
+        """Where an inbound's turn got to before a stop or a failure, in one read: whether its
+        user message is in the session, and the answer of a turn that finished but was never
+        queued (None if the turn has not finished)."""
 
-        return await self.store.call(op)
-
-    async def finished_reply(self, inbound: Inbound, session_id: str) -> str | None:
-        """The answer of a turn that finished for this inbound but was never queued (the
-        daemon stopped in between), or None if its turn has not finished."""
-
-        def op(db: sqlite3.Connection) -> str | None:
+        def op(db: sqlite3.Connection) -> tuple[bool, str | None]:
             row = db.execute(
                 "SELECT appended FROM inbox WHERE transport = ? AND message_id = ?",
                 (inbound.transport, inbound.message_id),
             ).fetchone()
             if not row or not row[0]:
-                return None
+                return False, None
             last = db.execute(
                 "SELECT role, content, text FROM messages WHERE session_id = ? AND id > ?"
                 " ORDER BY id DESC LIMIT 1",
                 (session_id, row[0]),
             ).fetchone()
             if last is None or last[0] != "assistant":
-                return None
+                return True, None
             kinds = {part.get("type") for part in json.loads(last[1])}
-            return None if "tool_use" in kinds else str(last[2])
+            return True, None if "tool_use" in kinds else str(last[2])
 
         return await self.store.call(op)
 
