@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import random
 import signal
 import socket
 import time
@@ -24,6 +23,7 @@ from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 from rousseau.agent import Provider, TransportAuthError
 from rousseau.app import build_agent, build_approver, build_registry
 from rousseau.approvals import ChatApprovals, load_shell_parser
+from rousseau.backoff import backoff
 from rousseau.config import Config, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
@@ -263,7 +263,7 @@ class Daemon:
             if time.monotonic() - started > 60:
                 failures = 0
             failures += 1
-            delay = min(BACKOFF_CAP, 2.0 ** (failures - 1)) * random.uniform(0.5, 1.5)
+            delay = backoff(failures - 1, cap=BACKOFF_CAP)
             log.info(
                 "transport.restart",
                 transport=transport.name,

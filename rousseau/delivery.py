@@ -7,7 +7,6 @@ retried with backoff; any other failure is logged and retried, never ending deli
 
 from __future__ import annotations
 
-import secrets
 import time
 
 import anyio
@@ -15,6 +14,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from rousseau.agent import StoreError
+from rousseau.backoff import backoff
 from rousseau.metrics import Metrics
 from rousseau.state.daemon_state import DaemonState, OutboxRow
 from rousseau.transports.base import Transport
@@ -101,7 +101,7 @@ class Courier:
                 await transport.send(row.message)
         except Exception as exc:
             attempts = row.attempts + 1
-            delay = min(300.0, 2.0**attempts) * (0.5 + secrets.randbelow(1000) / 1000)
+            delay = backoff(attempts, cap=300.0)
             give_up = attempts >= GIVE_UP_AFTER
             error = str(exc) or type(exc).__name__
             if isinstance(exc, TimeoutError):

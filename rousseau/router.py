@@ -23,6 +23,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from rousseau.agent import Agent, Message, Session, StoreError
 from rousseau.approvals import ChatApprovals
+from rousseau.backoff import backoff
 from rousseau.delivery import Courier
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
@@ -211,7 +212,7 @@ class Router:
             item.attempts += 1
         if full or item.attempts < MAX_ATTEMPTS:
             tries = item.attempts + item.waits
-            delay = min(RETRY_CAP, 0.25 * 2**tries) * (0.5 + secrets.randbelow(1000) / 1000)
+            delay = backoff(tries, base=0.25, cap=RETRY_CAP)
             log.warning(
                 "router.turn_retry",
                 message=item.inbound.message_id,
