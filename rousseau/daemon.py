@@ -28,7 +28,8 @@ from rousseau.config import Config, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
 from rousseau.metrics import LagProbe, Metrics
-from rousseau.policy import ChatPolicy, RateLimiter, chat_policies
+from rousseau.policy import ChatPolicy, RateLimiter
+from rousseau.policy import chat_policies as configured_policies
 from rousseau.providers import build_provider, detect_provider
 from rousseau.router import Router
 from rousseau.state import Store
@@ -70,9 +71,6 @@ def sd_notify(state: str) -> bool:
         return False
 
 
-policies = chat_policies  # the name older callers import
-
-
 class Daemon:
     def __init__(
         self,
@@ -86,7 +84,7 @@ class Daemon:
         self.config = config
         self.provider = provider
         self.transports = transports if transports is not None else build_transports(config, only)
-        self.chat_policies = {**policies(config), **(chat_policies or {})}
+        self.chat_policies = {**configured_policies(config), **(chat_policies or {})}
         self.metrics = Metrics()
         self.lag = LagProbe(self.metrics)
         self._stop = anyio.Event()
