@@ -35,6 +35,22 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+def config_in(tmp: Path, **env: str) -> Config:
+    """A config whose home, state and workspace live in `tmp`, plus any `ROUSSEAU_*` (or
+    other) variables given, as the daemon reads them from the environment."""
+    from rousseau.config import load_config
+
+    return load_config(
+        None,
+        {
+            "HOME": str(tmp),
+            "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
+            **env,
+        },
+    )
+
+
 def free_port() -> int:
     """A loopback port nothing listens on (right now)."""
     with socket.socket() as s:

@@ -8,13 +8,14 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau.config import Config, load_config
+from rousseau.config import Config
 from rousseau.daemon import Daemon, sd_notify
 from rousseau.policy import ChatPolicy
 from rousseau.transports.base import MemoryTransport
 from rousseau.transports.telegram import TelegramTransport
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.fakes.telegram import FakeTelegram
+from tests.helpers import config_in, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -24,16 +25,11 @@ def echo(recorded: Recorded) -> Reply:
 
 
 def _config(tmp_path: Path, fake_llm: FakeLLMServer) -> Config:
-    return load_config(
-        None,
-        {
-            "HOME": str(tmp_path),
-            "ROUSSEAU_PROVIDER": "openai",
-            "OPENAI_API_KEY": "sk-test",
-            "ROUSSEAU_OPENAI_BASE_URL": fake_llm.url + "/v1",
-            "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db"),
-            "ROUSSEAU_AGENT_WORKSPACE": str(tmp_path / "ws"),
-        },
+    return config_in(
+        tmp_path,
+        ROUSSEAU_PROVIDER="openai",
+        OPENAI_API_KEY="sk-test",
+        ROUSSEAU_OPENAI_BASE_URL=fake_llm.url + "/v1",
     )
 
 
@@ -76,7 +72,6 @@ async def test_a_rejected_token_stops_its_transport_while_another_serves(
 async def test_an_unreachable_platform_retries_while_another_serves(
     tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
-    from tests.helpers import free_port
 
     fake_llm.responder = echo
     memory = MemoryTransport()

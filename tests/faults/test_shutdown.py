@@ -11,10 +11,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from rousseau.agent.testing import ScriptedProvider, text_reply
-from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.policy import ChatPolicy
 from rousseau.transports.base import MemoryTransport
+from tests.helpers import config_in
 
 pytestmark = pytest.mark.anyio
 
@@ -36,15 +36,7 @@ class Failing(MemoryTransport):
 
 async def test_a_hung_close_cannot_hold_up_the_stop(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
-    config = load_config(
-        None,
-        {
-            "HOME": str(tmp_path),
-            "ROUSSEAU_STATE_PATH": str(db),
-            "ROUSSEAU_AGENT_WORKSPACE": str(tmp_path / "ws"),
-            "ROUSSEAU_SHUTDOWN_GRACE": "1s",
-        },
-    )
+    config = config_in(tmp_path, ROUSSEAU_SHUTDOWN_GRACE="1s")
     hanging, failing, fine = Hanging("hanging"), Failing("failing"), MemoryTransport("fine")
     open_ = ChatPolicy(policy="open")
     daemon = Daemon(

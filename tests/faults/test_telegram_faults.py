@@ -14,10 +14,9 @@ from structlog.testing import capture_logs
 
 from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
-from rousseau.config import load_config
 from rousseau.transports.telegram import TelegramTransport
 from tests.fakes.telegram import FakeTelegram
-from tests.helpers import serving
+from tests.helpers import config_in, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -29,15 +28,7 @@ def echo(request: Request) -> Response:
 @asynccontextmanager
 async def daemon(tmp: Path) -> AsyncIterator[FakeTelegram]:
     fake = FakeTelegram().start()
-    config = load_config(
-        None,
-        {
-            "HOME": str(tmp),
-            "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
-            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
-            "ROUSSEAU_SHUTDOWN_GRACE": "1s",
-        },
-    )
+    config = config_in(tmp, ROUSSEAU_SHUTDOWN_GRACE="1s")
     transport = TelegramTransport(fake.token, base_url=fake.url, poll_timeout=1)
     try:
         async with serving(transport, config, FunctionProvider(echo), ["42", "43"]):

@@ -11,12 +11,12 @@ import anyio
 import pytest
 
 from rousseau.agent.testing import FunctionProvider, text_reply
-from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.policy import ChatPolicy
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
 from rousseau.transports.base import MemoryTransport
+from tests.helpers import config_in
 
 pytestmark = pytest.mark.anyio
 DAY = 86400.0
@@ -83,15 +83,7 @@ async def test_the_sweep_keeps_recent_rows_and_every_pending_one() -> None:
 
 
 async def test_the_daemon_sweeps_on_its_interval(tmp_path: Path) -> None:
-    config = load_config(
-        None,
-        {
-            "HOME": str(tmp_path),
-            "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db"),
-            "ROUSSEAU_AGENT_WORKSPACE": str(tmp_path / "ws"),
-            "ROUSSEAU_SHUTDOWN_GRACE": "1s",
-        },
-    )
+    config = config_in(tmp_path, ROUSSEAU_SHUTDOWN_GRACE="1s")
     config.state.retention.inbox = 0.5
     config.state.retention.outbox = 0.5
     config.state.retention.interval = 0.5
