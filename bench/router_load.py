@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,14 +76,11 @@ class Load:
                 await anyio.sleep(0.05)
 
 
-async def run_scenario(url: str, model_delay: float) -> None:
-    tmp = Path(tempfile.mkdtemp())
-
-    async def answer(request: Request) -> Response:
-        if model_delay:
-            await anyio.sleep(model_delay)
-        return text_reply("echo: " + request.messages[-1].text)
-
+def bench_daemon(
+    url: str, tmp: Path, answer: Callable[[Request], Awaitable[Response]], **env: str
+) -> tuple[Daemon, TelegramTransport]:
+    """A daemon (state in `tmp`) polling the fake Bot API at `url`, open to everyone with no
+    rate limit to speak of, answered by `answer`."""
     config = load_config(
         None,
         {
@@ -90,7 +88,7 @@ async def run_scenario(url: str, model_delay: float) -> None:
             "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
             "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
             "ROUSSEAU_RATELIMIT_DEFAULT": "100000/1s",
-            "ROUSSEAU_MAX_CONCURRENT_TURNS": "128",
+            **env,
         },
     )
     transport = TelegramTransport(TOKEN, base_url=url, poll_timeout=10)
@@ -100,6 +98,18 @@ async def run_scenario(url: str, model_delay: float) -> None:
         chat_policies={"telegram": ChatPolicy(policy="open")},
         provider=FunctionProvider(answer, record=False),
     )
+    return daemon, transport
+
+
+async def run_scenario(url: str, model_delay: float) -> None:
+    tmp = Path(tempfile.mkdtemp())
+
+    async def answer(request: Request) -> Response:
+        if model_delay:
+            await anyio.sleep(model_delay)
+        return text_reply("echo: " + request.messages[-1].text)
+
+    daemon, transport = bench_daemon(url, tmp, answer, ROUSSEAU_MAX_CONCURRENT_TURNS="128")
     load = Load(url)
     async with anyio.create_task_group() as tg:
         tg.start_soon(daemon.run)

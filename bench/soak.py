@@ -26,14 +26,10 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.router_load import TOKEN, Load, rss_mb  # noqa: E402
+from bench.router_load import TOKEN, Load, bench_daemon, rss_mb  # noqa: E402
 from rousseau.agent import Request, Response  # noqa: E402
-from rousseau.agent.testing import FunctionProvider, text_reply  # noqa: E402
-from rousseau.config import load_config  # noqa: E402
-from rousseau.daemon import Daemon  # noqa: E402
+from rousseau.agent.testing import text_reply  # noqa: E402
 from rousseau.log import configure_logging  # noqa: E402
-from rousseau.policy import ChatPolicy  # noqa: E402
-from rousseau.transports.telegram import TelegramTransport  # noqa: E402
 
 BATCH = 500
 
@@ -58,27 +54,12 @@ async def soak(url: str, total: int, every: int) -> None:
     async def answer(request: Request) -> Response:
         return text_reply("echo: " + request.messages[-1].text)
 
-    config = load_config(
-        None,
-        {
-            "HOME": str(tmp),
-            "ROUSSEAU_STATE_PATH": str(db),
-            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
-            "ROUSSEAU_RATELIMIT_DEFAULT": "100000/1s",
-        },
-    )
-    # Short ages so the sweep has work within the run; sessions are never pruned, so the
-    # model sees one fresh session per message (`/new` would add rows of its own).
-    retention = config.state.retention
+    daemon, transport = bench_daemon(url, tmp, answer)
+    # Short ages so the sweep has work within the run. Sessions are never pruned: each of
+    # the chats' sessions grows by every message it is sent.
+    retention = daemon.config.state.retention
     retention.inbox = retention.outbox = retention.audit = retention.cron_runs = 20.0
     retention.interval = 5.0
-    transport = TelegramTransport(TOKEN, base_url=url, poll_timeout=10)
-    daemon = Daemon(
-        config,
-        transports={"telegram": transport},
-        chat_policies={"telegram": ChatPolicy(policy="open")},
-        provider=FunctionProvider(answer, record=False),
-    )
     load = Load(url)
     print(
         f"{'messages':>9} {'db MB':>7} {'inbox':>7} {'outbox':>7} {'RSS MB':>7} {'msg/s':>6}"
