@@ -54,13 +54,6 @@ def call_in_child(ws: Path, tool: str, **input: Any) -> dict[str, Any]:
     return result
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
 # -- nothing blocks ---------------------------------------------------------------------------
 
 

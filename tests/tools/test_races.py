@@ -47,13 +47,6 @@ while True:
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     folder = tmp_path / "outside"
     folder.mkdir()

@@ -28,13 +28,6 @@ CALL = ToolCall(session_id="s", tool_use_id="t")
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def tools(ws: Path) -> Registry:
     return builtin_registry(ws, bash_timeout=10)
 
