@@ -19,7 +19,7 @@ from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.router import BROKEN_REPLY, TIMEOUT_REPLY, ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
-from rousseau.transports.base import MemoryTransport
+from rousseau.transports.base import MemoryTransport, Outbound
 
 pytestmark = pytest.mark.anyio
 
@@ -339,4 +339,22 @@ async def test_a_turn_waiting_for_approval_holds_no_turn_slot(tmp_path: Path) ->
             sent = await transport.wait_sent(5)
         tg.cancel_scope.cancel()
     assert sorted(m.text for m in sent[3:]) == sorted([f"Approved {code}.", "done"])
+    store.close()
+
+
+async def test_a_stop_does_not_wait_for_replies_no_transport_here_can_send(
+    tmp_path: Path,
+) -> None:
+    """A reply queued for a transport this daemon does not run (configured by another, or no
+    longer) stays for later; it must not make every stop wait out the whole grace."""
+    store = Store(tmp_path / "s.db")
+    await DaemonState(store).finish(
+        None, [Outbound(transport="gone", chat_id="c", text="for later")]
+    )
+    async with running(store, FunctionProvider(Echo())) as (router, transports):
+        await transports["memory"].inject("hello")
+        await transports["memory"].wait_sent(1)
+        with anyio.fail_after(10):
+            assert await router.drain(grace=30.0)  # everything *it* can send is sent
+    assert await DaemonState(store).outbox_pending() == 1  # and the other is kept
     store.close()
