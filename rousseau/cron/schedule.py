@@ -76,7 +76,9 @@ class Schedule:
             if found is None:
                 return None
             stamp = float(found.timestamp())
-            if stamp > moment and not (self.fixed_hours and _second_occurrence(found)):
+            # Fire times are a second apart at least; one a hair above `moment` is `moment`
+            # rounded to a datetime's microsecond (a job made at `moment` would fire at once).
+            if stamp - moment > 1e-3 and not (self.fixed_hours and _second_occurrence(found)):
                 return stamp
             probe = max(probe, stamp)
         return None

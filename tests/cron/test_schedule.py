@@ -89,6 +89,16 @@ def test_every_counts_from_the_anchor() -> None:
     assert parse_schedule("@every 90s", "UTC", anchor=anchor).next_after(anchor) == anchor + 90
 
 
+def test_a_new_every_job_first_fires_one_interval_after_it_was_made() -> None:
+    """The anchor's fraction of a second was once rounded to a microsecond above it, so
+    about one new job in twenty fired at once instead of an interval later."""
+    made = at(2026, 11, 30, 20, 29, 25) + 0.9474785  # one of the instants that did
+    for step in range(2000):
+        now = made + step * 0.000_123_7  # fractions of a microsecond
+        first = parse_schedule("@every 1h", "UTC", anchor=now).next_after(now)
+        assert first == pytest.approx(now + 3600, abs=1e-5)
+
+
 def test_cron_tz_prefix_overrides_the_default_zone() -> None:
     start = at(2026, 11, 30, 0, 0)
     paris = parse_schedule("CRON_TZ=Europe/Paris 0 9 * * *", "UTC").next_after(start)
