@@ -1,0 +1,78 @@
+"""`rousseau chat`: the terminal chat, one message (-m) or interactive."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from rousseau.cli.common import close_provider, fail, load
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+
+
+def chat(args: argparse.Namespace) -> int:
+    import anyio
+
+    from rousseau.providers import build_provider, detect_provider
+    from rousseau.state import Store
+
+    config = load(args)
+    name, _why = detect_provider(config)
+    with Store(config.state.path) as store:
+        provider = build_provider(config, name, store=store)
+        if args.message is not None:
+            return anyio.run(_chat_once, config, provider, store, args)
+        anyio.run(_chat_interactive, config, provider, store, args, name)
+        return 0
+
+
+async def _open_session(store: Any, session_id: str | None) -> Any:
+    if session_id:
+        return await store.load_or_create(session_id)
+    return await store.create_session()
+
+
+async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.Namespace) -> int:
+    from rousseau.agent import RousseauError
+    from rousseau.app import connected_agent
+    from rousseau.transports.terminal import default_screen, run_turn
+
+    session = await _open_session(store, args.session)
+    screen = default_screen(interactive=False)
+    try:
+        async with connected_agent(config, provider, store) as agent:
+            await run_turn(agent, session, args.message, screen)
+    except RousseauError as exc:
+        fail(str(exc))
+        return 1
+    finally:
+        await close_provider(provider)
+    return 0
+
+
+async def _chat_interactive(
+    config: Config, provider: Any, store: Any, args: argparse.Namespace, name: str
+) -> None:
+    from rousseau.app import connected_agent
+    from rousseau.transports.terminal import (
+        HELP,
+        LineReader,
+        TerminalApproval,
+        default_screen,
+        interactive,
+    )
+
+    screen = default_screen(interactive=True)
+    reader = LineReader()
+    session = await _open_session(store, args.session)
+    model = getattr(provider, "model", "")
+    banner = screen.paint.dim(
+        f"rousseau · {name} {model} · session {session.id}\n{HELP} Ctrl-C stops a reply."
+    )
+    ask = TerminalApproval(reader, screen)
+    try:
+        async with connected_agent(config, provider, store, ask=ask) as agent:
+            await interactive(agent, store, session, screen, reader, banner)
+    finally:
+        await close_provider(provider)

@@ -1,0 +1,54 @@
+"""What every command shares: loading the config, opening the store, one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+
+
+def fail(message: str) -> None:
+    print(f"rousseau: {message}", file=sys.stderr)
+
+
+def load(args: argparse.Namespace, *, quiet: bool = True) -> Config:
+    """Load the config and set up logging (warnings only for interactive commands)."""
+    from rousseau.config import load_config
+    from rousseau.log import configure_logging
+
+    config = load_config(args.config)
+    level = "debug" if args.debug else ("warning" if quiet else config.log.level)
+    configure_logging(level, config.log.format, config.secrets())
+    return config
+
+
+def open_store(args: argparse.Namespace, config: Config | None = None) -> Any:
+    """The store of `config` (loaded from the arguments if not given)."""
+    from rousseau.state import Store
+
+    return Store((config or load(args)).state.path)
+
+
+def when(ts: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+def tokens(usage: Any) -> str:
+    return (
+        f"{usage.input_tokens:,} in, {usage.output_tokens:,} out, "
+        f"{usage.cache_read_tokens:,} cache read, {usage.cache_write_tokens:,} cache write"
+    )
+
+
+async def close_provider(provider: Any) -> None:
+    aclose = getattr(provider, "aclose", None)
+    if aclose is not None:
+        import anyio
+
+        with anyio.CancelScope(shield=True):
+            await aclose()

@@ -1,0 +1,118 @@
+"""`rousseau cron`: scheduled prompts delivered to a chat."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rousseau.cli.common import close_provider, fail, load, open_store
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+
+
+def add(args: argparse.Namespace) -> int:
+    from rousseau.cron import CronJobs, describe
+
+    config = load(args)
+    transport = args.deliver_to.partition(":")[0]
+    with open_store(args, config) as store:
+        job = CronJobs(store).add_sync(
+            args.name,
+            args.schedule,
+            args.prompt,
+            args.deliver_to,
+            timezone=config.cron.timezone,
+            misfire=args.misfire,
+            enabled=not args.disabled,
+        )
+    print(f"added {describe(job)}")
+    if getattr(config, transport, None) is None:
+        print(f"note: {transport} is not configured yet; replies wait until it is", file=sys.stderr)
+    return 0
+
+
+def list_jobs(args: argparse.Namespace) -> int:
+    from rousseau.cron import CronJobs, describe
+
+    with open_store(args) as store:
+        jobs = CronJobs(store).all_sync()
+    if not jobs:
+        print("no cron jobs (add one: rousseau cron add --help)")
+    for job in jobs:
+        print(describe(job))
+    return 0
+
+
+def one(args: argparse.Namespace) -> int:
+    from rousseau.cron import CronJobs, describe
+
+    config = load(args)
+    with open_store(args, config) as store:
+        jobs = CronJobs(store)
+        if args.verb == "remove":
+            print(f"removed {jobs.remove_sync(args.job).name}")
+        elif args.verb in ("enable", "disable"):
+            print(describe(jobs.set_enabled_sync(args.job, args.verb == "enable")))
+        else:
+            return _cron_run(config, store, jobs.get_sync(args.job))
+    return 0
+
+
+def _cron_run(config: Config, store: Any, job: Any) -> int:
+    """Run the turn here; a running daemon (or the next one) delivers the reply."""
+    import anyio
+
+    from rousseau.cron import CronJobs, CronRunner, Scheduler
+    from rousseau.policy import chat_policies as policies
+    from rousseau.providers import build_provider, detect_provider
+    from rousseau.router import RateLimiter, Router
+
+    name, _why = detect_provider(config)
+    provider = build_provider(config, name, store=store)
+
+    async def go() -> int:
+        from rousseau.app import build_agent
+
+        agent = build_agent(config, provider, store)
+        try:
+            transports = _target_transport(config, job.deliver_to.partition(":")[0])
+            router = Router(
+                agent=agent,
+                store=store,
+                transports=transports,
+                policies=policies(config),  # their reply headers
+                rate_limiter=RateLimiter((1, 1.0), {}, 1),
+            )
+            runner = CronRunner(
+                agent=agent,
+                store=store,
+                notify=router.notify,
+                timeout=config.cron.timeout,
+                notify_failures=config.cron.notify_failures,
+            )
+            outcome = await Scheduler(jobs=CronJobs(store), runner=runner).run_now(job)
+        finally:
+            await close_provider(provider)
+        if outcome.status != "ok":
+            fail(f"cron job {job.name} failed: {outcome.error}")
+            return 1
+        print(outcome.text)
+        print(f"(queued for {job.deliver_to}; a running daemon delivers it)", file=sys.stderr)
+        return 0
+
+    return anyio.run(go)
+
+
+def _target_transport(config: Config, name: str) -> dict[str, Any]:
+    """The target's transport, for its length limit when splitting (none if unavailable)."""
+    from rousseau.agent import RousseauError
+    from rousseau.transports import build_transports
+
+    if getattr(config, name, None) is None:
+        return {}
+    try:
+        return build_transports(config, only=name)
+    except RousseauError:
+        return {}

@@ -1,0 +1,36 @@
+"""`rousseau run` and the single-transport commands (`rousseau telegram`, ...)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from rousseau.cli.common import load
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+
+
+def run(args: argparse.Namespace) -> int:
+    from rousseau.daemon import run
+
+    config = load(args, quiet=False)
+    if getattr(args, "action", None) == "login":
+        return _whatsapp_login(config)
+    return run(config, only=args.only)
+
+
+def _whatsapp_login(config: Config) -> int:
+    from pathlib import Path
+
+    import anyio
+
+    from rousseau.config import WhatsAppConfig
+    from rousseau.transports.whatsapp import login
+
+    store = Path((config.whatsapp or WhatsAppConfig()).store).expanduser()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    print("Scan the QR code with WhatsApp on your phone: Settings > Linked devices > Link a device")
+    anyio.run(login, str(store))
+    print(f"paired; the session is kept in {store}")
+    return 0

@@ -1,0 +1,67 @@
+"""`rousseau session`: listing, searching, showing and deleting stored sessions."""
+
+from __future__ import annotations
+
+import argparse
+
+from rousseau.cli.common import fail, open_store, tokens, when
+
+
+def list_sessions(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        sessions = store.list_sync(args.limit)
+    if not sessions:
+        print("no sessions yet")
+        return 0
+    print(f"{'ID':<14}{'MESSAGES':>9}  {'UPDATED':<17} TITLE")
+    for s in sessions:
+        print(f"{s.id:<14}{s.message_count:>9}  {when(s.updated_at):<17} {s.title}")
+    return 0
+
+
+def search(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        hits = store.search_sync(args.query, args.limit)
+    if not hits:
+        print(f"no messages contain {args.query!r}")
+        return 0
+    for h in hits:
+        text = " ".join(h.text.split())
+        print(f"{h.session_id}  {when(h.created_at)}  {h.role.value}: {text[:120]}")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    from rousseau.agent import StoreError
+    from rousseau.transports.terminal import describe_call
+
+    with open_store(args) as store:
+        session = store.load_sync(args.id)
+        info = store.info_sync(args.id)
+    if session is None or info is None:
+        raise StoreError(f"no such session: {args.id}")
+    for message in session.messages:
+        for c in message.content:
+            if c.text:
+                print(f"{message.role.value}: {c.text}")
+            elif c.tool_use is not None:
+                print(f"  > {describe_call(c.tool_use)}")
+            elif c.tool_result is not None:
+                first = (c.tool_result.content.strip().splitlines() or [""])[0][:100]
+                print(f"  {'!' if c.tool_result.is_error else '='} {first}")
+    print(f"-- {info.message_count} messages; tokens: {tokens(info.usage)}")
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    from rousseau.agent import StoreError
+
+    if not args.yes:
+        fail(f"this deletes session {args.id} and all its messages; add --yes to confirm")
+        return 2
+    with open_store(args) as store:
+        deleted = store.delete_sync(args.id)
+    if not deleted:
+        raise StoreError(f"no such session: {args.id}")
+    print(f"deleted session {args.id}")
+    return 0

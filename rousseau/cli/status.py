@@ -1,0 +1,40 @@
+"""`rousseau version` and `rousseau status`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from rousseau.cli.common import load, tokens
+
+if TYPE_CHECKING:
+    pass
+
+
+def version(args: argparse.Namespace) -> int:
+    from rousseau import __version__
+
+    print(f"rousseau {__version__}")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    from rousseau.agent import ConfigError
+    from rousseau.providers import detect_provider
+    from rousseau.state import Store
+
+    config = load(args)
+    print(f"config     {config.source or 'no file; defaults and environment'}")
+    try:
+        name, why = detect_provider(config)
+        model = getattr(getattr(config, name), "model", "")
+        print(f"provider   {name} {model} ({why})")
+    except ConfigError as exc:
+        print(f"provider   none: {exc}")
+    if config.fallback:
+        print(f"fallback   {', '.join(config.fallback)}")
+    with Store(config.state.path) as store:
+        count, usage = store.totals_sync()
+    print(f"store      {store.path}: {count} sessions")
+    print(f"tokens     {tokens(usage)}")
+    return 0
