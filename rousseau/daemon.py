@@ -34,6 +34,7 @@ from rousseau.providers import build_provider, detect_provider
 from rousseau.router import Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
+from rousseau.state.lock import DaemonLock
 from rousseau.transports import build_transports
 from rousseau.transports.base import Transport
 
@@ -45,6 +46,8 @@ CLOSE_TIMEOUT = 5.0
 FIRST_SWEEP = 30.0
 HEALTH_CONNECTIONS = 32
 """Health and metrics requests served at once; more are closed at once (each has 5 s)."""
+PUBLISH_EVERY = 2.0
+"""How often the transports' state is looked at for `rousseau status` (written on change)."""
 
 
 async def _quietly(fn: Callable[[], Awaitable[None]]) -> None:
@@ -88,11 +91,24 @@ class Daemon:
         self.metrics = Metrics()
         self.lag = LagProbe(self.metrics)
         self._stop = anyio.Event()
+        self.stopped: dict[str, str] = {}
+        """Transports stopped for good (a rejected credential), with the reason."""
 
     async def run(self) -> int:
         config = self.config
+        # First of all: a second daemon on this database leaves before it touches anything.
+        lock = DaemonLock(config.state.path)
+        await anyio.to_thread.run_sync(lock.acquire)
+        try:
+            return await self._run(lock)
+        finally:
+            lock.release()
+
+    async def _run(self, lock: DaemonLock) -> int:
+        config = self.config
         async with anyio.create_task_group() as probes:
             probes.start_soon(self.lag.run)
+            probes.start_soon(self._publish, lock)
             # Opening the store (migrations, a wait for the WAL switch), importing the shell
             # parser and building the provider (its SDK's import) are blocking work: off the
             # event loop.
@@ -246,6 +262,7 @@ class Daemon:
                 await transport.run(router.submit)
             except TransportAuthError as exc:
                 log.error("transport.stopped", transport=transport.name, error=str(exc))
+                self.stopped[transport.name] = str(exc)
                 return
             except Exception as exc:
                 if self._stop.is_set():
@@ -269,6 +286,28 @@ class Daemon:
                 delay=round(delay, 2),
             )
             await anyio.sleep(delay)
+
+    def transport_states(self) -> dict[str, dict[str, Any]]:
+        """Each transport: connected or not, and why it stopped if it stopped for good."""
+        states: dict[str, dict[str, Any]] = {}
+        for name, transport in self.transports.items():
+            states[name] = {"connected": transport.connected}
+            if name in self.stopped:
+                states[name]["stopped"] = self.stopped[name]
+        return states
+
+    async def _publish(self, lock: DaemonLock) -> None:
+        """Keep what `rousseau status` reads up to date (written when it changes)."""
+        last: dict[str, dict[str, Any]] | None = None
+        while True:
+            states = self.transport_states()
+            if states != last:
+                try:
+                    await anyio.to_thread.run_sync(lock.publish, states)
+                    last = states
+                except OSError as exc:
+                    log.warning("daemon.publish_failed", error=str(exc))
+            await anyio.sleep(PUBLISH_EVERY)
 
     async def _sweep(self, router: Router) -> None:
         """The retention sweep: soon after start, then every `state.retention.interval`."""
@@ -354,7 +393,7 @@ class Daemon:
             parts = head.split(b" ", 2)
             path = parts[1].decode(errors="replace") if len(parts) > 1 else ""
             if path == "/healthz":
-                state = {n: {"connected": t.connected} for n, t in self.transports.items()}
+                state = self.transport_states()
                 healthy = all(s["connected"] for s in state.values())
                 body = json.dumps({"ok": healthy, "transports": state}).encode()
                 await _respond(stream, 200 if healthy else 503, "application/json", body)
