@@ -383,6 +383,16 @@ class HealthConfig(Section):
     listen: str = "127.0.0.1:9090"
     """The host:port serving /healthz and /metrics."""
 
+    @field_validator("listen")
+    @classmethod
+    def _host_and_port(cls, listen: str) -> str:
+        host, colon, port = listen.rpartition(":")
+        if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{listen!r} is not host:port (e.g. 127.0.0.1:9090)")
+        if host.startswith("[") != host.endswith("]"):
+            raise ValueError(f"{listen!r}: an IPv6 host goes in brackets, e.g. [::1]:9090")
+        return listen
+
 
 # -- transports -----------------------------------------------------------------------------
 

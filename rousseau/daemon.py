@@ -7,6 +7,7 @@ close the transports and checkpoint the WAL.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -19,8 +20,9 @@ from typing import Any
 import anyio
 import structlog
 from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
+from anyio.streams.stapled import MultiListener
 
-from rousseau.agent import Provider, TransportAuthError
+from rousseau.agent import ConfigError, Provider, TransportAuthError
 from rousseau.app import build_agent, build_approver, build_registry
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.backoff import backoff
@@ -96,15 +98,21 @@ class Daemon:
 
     async def run(self) -> int:
         config = self.config
-        # First of all: a second daemon on this database leaves before it touches anything.
+        # First of all: a second daemon on this database leaves before it touches anything;
+        # next the health port, which, taken or not this machine's, is a config error to
+        # name before anything starts.
         lock = DaemonLock(config.state.path)
         await anyio.to_thread.run_sync(lock.acquire)
-        try:
-            return await self._run(lock)
-        finally:
-            lock.release()
+        async with contextlib.AsyncExitStack() as stack:
+            stack.callback(lock.release)
+            listener = None
+            if config.health is not None:
+                listener = await stack.enter_async_context(await _listen(config.health.listen))
+            await self._run(lock, listener)
+        log.info("daemon.stopped")
+        return 0
 
-    async def _run(self, lock: DaemonLock) -> int:
+    async def _run(self, lock: DaemonLock, listener: MultiListener[SocketStream] | None) -> None:
         config = self.config
         async with anyio.create_task_group() as probes:
             probes.start_soon(self.lag.run)
@@ -134,13 +142,11 @@ class Daemon:
                 )
                 router = self._router(provider, store)
                 async with mcp_tools(config.mcp_servers, self._registry):
-                    await self._serve(router, self._scheduler(router, store))
+                    await self._serve(router, self._scheduler(router, store), listener)
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._close(provider, store)
             probes.cancel_scope.cancel()
-        log.info("daemon.stopped")
-        return 0
 
     async def _close(self, provider: Provider | None, store: Store) -> None:
         """Close every transport and the provider (each given a few seconds, a failure
@@ -216,7 +222,9 @@ class Daemon:
         self._cron_tool.on_change = scheduler.wake
         return scheduler
 
-    async def _serve(self, router: Router, scheduler: Scheduler) -> None:
+    async def _serve(
+        self, router: Router, scheduler: Scheduler, listener: MultiListener[SocketStream] | None
+    ) -> None:
         """Everything runs in one task group until a signal or stop(); then a graceful stop."""
         config = self.config
         async with anyio.create_task_group() as tg:
@@ -227,8 +235,8 @@ class Daemon:
                 tg.start_soon(self._supervise, transport, router)
                 tg.start_soon(router.deliver, transport.name)
             tg.start_soon(self._sweep, router)
-            if config.health is not None:
-                await tg.start(self._health, config.health.listen)
+            if listener is not None:
+                tg.start_soon(self._health, listener)
             self._watchdog(tg)
             sd_notify("READY=1")
             log.info("daemon.ready")
@@ -336,15 +344,9 @@ class Daemon:
 
         tg.start_soon(ping)
 
-    async def _health(self, listen: str, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        host, _, port = listen.rpartition(":")
-        listener = await anyio.create_tcp_listener(
-            local_host=host or "127.0.0.1", local_port=int(port)
-        )
-        log.info("daemon.health", listen=listen)
-        task_status.started()
+    async def _health(self, listener: MultiListener[SocketStream]) -> None:
         slots = anyio.CapacityLimiter(HEALTH_CONNECTIONS)
-        async with listener, anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:  # the listener is closed by _run
             for one in listener.listeners:  # IPv4 and IPv6 where the host has both
                 tg.start_soon(self._accept, one, slots, tg)
 
@@ -401,6 +403,19 @@ class Daemon:
                 await _respond(stream, 200, "text/plain; version=0.0.4", self.metrics.render())
             else:
                 await _respond(stream, 404, "text/plain", b"not found\n")
+
+
+async def _listen(listen: str) -> MultiListener[SocketStream]:
+    host, _, port = listen.rpartition(":")
+    try:
+        listener = await anyio.create_tcp_listener(
+            local_host=host.strip("[]") or "127.0.0.1", local_port=int(port)
+        )
+    except OSError as exc:  # taken, or an address this machine does not have
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"health.listen: cannot listen on {listen}: {reason}") from None
+    log.info("daemon.health", listen=listen)
+    return listener
 
 
 async def _respond(stream: SocketStream, status: int, kind: str, body: bytes) -> None:

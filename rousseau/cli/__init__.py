@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from collections.abc import Callable, Sequence
 
 from rousseau.cli.common import fail
@@ -138,34 +139,258 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "status", help="which provider, which store, how many sessions and tokens"
     ).set_defaults(func="status:status")
-    sub.add_parser(
+    doctor = sub.add_parser(
         "doctor", help="check the config, the store and the provider; exit 1 on a failure"
-    ).set_defaults(func="doctor:doctor")
+    )
+    doctor.add_argument(
+        "--fix", action="store_true", help="repair what can be repaired safely, saying what changed"
+    )
+    doctor.set_defaults(func="doctor:doctor")
+
+    # -- init ---------------------------------------------------------------------------------
+    init = sub.add_parser(
+        "init",
+        help="set up a config: provider, one transport, the owner",
+        description="Write a commented config file (mode 0600) after checking the model key "
+        "and the Telegram token; the owner is admitted by the first message they send the "
+        "bot. Flags answer the questions; with --yes nothing is asked.",
+    )
+    init.add_argument(
+        "--provider",
+        choices=["anthropic", "openai", "openrouter", "ollama", "claudecli"],
+        help="the model provider (default: asked; with --yes, the first usable of a key in "
+        "ANTHROPIC_API_KEY or OPENAI_API_KEY, the claude CLI on PATH, a local Ollama)",
+    )
+    init.add_argument(
+        "--model", metavar="NAME", help="the model (default: asked, else the provider's default)"
+    )
+    init.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the provider's key (default: asked, or with --yes read from ANTHROPIC_API_KEY, "
+        "OPENAI_API_KEY or OPENROUTER_API_KEY; prefer those: other users can see arguments)",
+    )
+    init.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the provider's API address, e.g. an OpenAI-compatible server (default: its own)",
+    )
+    init.add_argument(
+        "--telegram-token",
+        metavar="TOKEN",
+        help="the bot token from @BotFather (default: asked, or with --yes read from "
+        "TELEGRAM_BOT_TOKEN; none: no transport)",
+    )
+    init.add_argument(
+        "--allow",
+        metavar="ID",
+        action="append",
+        default=[],
+        help="a Telegram user id to admit and make an approval owner; repeatable (default: "
+        "whoever sends the bot the first message, once you confirm)",
+    )
+    init.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=float,
+        default=300.0,
+        help="how long to wait for that first message (default: 300)",
+    )
+    init.add_argument(
+        "--yes",
+        action="store_true",
+        help="ask nothing: take flags and environment, fail if something is missing "
+        "(default: ask at the terminal)",
+    )
+    init.add_argument(
+        "--force", action="store_true", help="replace an existing config file (default: refuse)"
+    )
+    init.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip checking the key and the token with one request each (default: check)",
+    )
+    init.set_defaults(func="init:init")
+
+    # -- service ------------------------------------------------------------------------------
+    service = sub.add_parser("service", help="run the daemon as a systemd service")
+    vsub = service.add_subparsers(dest="action", metavar="ACTION", required=True)
+    scope = argparse.ArgumentParser(add_help=False)
+    which = scope.add_mutually_exclusive_group()
+    which.add_argument(
+        "--user",
+        dest="system",
+        action="store_false",
+        default=None,
+        help="your own systemd user service (default unless run as root)",
+    )
+    which.add_argument(
+        "--system",
+        dest="system",
+        action="store_true",
+        default=None,
+        help="a system service, run as the user rousseau (default when run as root)",
+    )
+    vinstall = vsub.add_parser(
+        "install",
+        parents=[scope],
+        help="write the hardened unit (this Python, this config) and enable it",
+    )
+    vinstall.add_argument(
+        "--force", action="store_true", help="replace an installed unit that differs (default: no)"
+    )
+    vinstall.add_argument(
+        "--dry-run",
+        "--print",
+        dest="dry_run",
+        action="store_true",
+        help="print the unit and change nothing (default: write and enable it)",
+    )
+    for verb, helptext in (
+        ("uninstall", "stop and disable the service and remove its unit"),
+        ("start", "start the service (waits until every transport has started)"),
+        ("stop", "stop the service (in-flight turns get shutdown_grace to finish)"),
+        ("restart", "restart the service, e.g. after an upgrade or a config change"),
+        ("status", "the service's state and latest log lines (systemctl status)"),
+    ):
+        vsub.add_parser(verb, parents=[scope], help=helptext)
+    vlogs = vsub.add_parser("logs", parents=[scope], help="the service's journal (journalctl)")
+    vlogs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines (default: no)"
+    )
+    vlogs.add_argument(
+        "-n", "--lines", type=int, default=100, help="how many recent lines (default: 100)"
+    )
+    service.set_defaults(func="service:service")
+
+    # -- send ---------------------------------------------------------------------------------
+    send = sub.add_parser("send", help="send one message through a transport's outbox")
+    send.add_argument("target", metavar="TRANSPORT:RECIPIENT", help="e.g. telegram:42")
+    send.add_argument("text", help="the message; '-' reads it from standard input")
+    send.set_defaults(func="send:send")
+
+    # -- import-go ----------------------------------------------------------------------------
+    go = sub.add_parser(
+        "import-go", help="copy sessions and cron jobs from a rousseau-agent (Go) database"
+    )
+    go.add_argument("path", metavar="PATH", help="the Go daemon's sessions.db")
+    go.set_defaults(func="import_go:import_go")
+
+    _global_options_anywhere(parser)
     return parser
 
 
+def _global_options_anywhere(parser: argparse.ArgumentParser) -> None:
+    """Accept --config and --debug after the subcommand too (`rousseau cron list --config X`)."""
+    for action in parser._actions:  # argparse keeps its subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.add_argument(
+                    "--config", metavar="PATH", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+                )
+                child.add_argument(
+                    "--debug",
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help=argparse.SUPPRESS,
+                )
+                _global_options_anywhere(child)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    target: str | None = getattr(args, "func", None)
-    if target is None:
-        parser.print_help()
-        return 0
-    module, _, name = target.partition(":")
-    func: Handler = getattr(importlib.import_module(f"rousseau.cli.{module}"), name)
+    debug = False
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help, or a usage error argparse has printed
+            sys.stdout.flush()
+            return exc.code if isinstance(exc.code, int) else 2
+        debug = args.debug
+        target: str | None = getattr(args, "func", None)
+        if target is None:
+            parser.print_help()
+            code = 0
+        else:
+            module, _, name = target.partition(":")
+            func: Handler = getattr(importlib.import_module(f"rousseau.cli.{module}"), name)
+            code = func(args)
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+        return code
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        if debug and not isinstance(exc, KeyboardInterrupt | BrokenPipeError):
+            raise
+        return _ended(exc)
+
+
+def _ended(exc: BaseException) -> int:
+    """One line for whatever ended a command, and its exit code; never a traceback."""
     from rousseau.agent.errors import ConfigError, RousseauError
 
-    try:
-        return func(args)
-    except ConfigError as exc:
-        if args.debug:
-            raise
-        fail(f"config error: {exc}")
-        return 2
-    except RousseauError as exc:
-        if args.debug:
-            raise
-        fail(str(exc))
-        return 1
-    except KeyboardInterrupt:
+    cause = _first_cause(exc)
+    if isinstance(cause, KeyboardInterrupt):
         return 130
+    if isinstance(cause, BrokenPipeError):  # `rousseau session list | head -1`
+        _mute_stdout()
+        fail("output closed before everything was written")
+        return 141
+    if isinstance(cause, ConfigError):
+        fail(f"config error: {cause}")
+        return 2
+    if isinstance(cause, RousseauError):
+        fail(str(cause))
+        return 1
+    fail(f"unexpected {type(cause).__name__}: {cause} (traceback in {_keep_traceback(exc)})")
+    return 1
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The first error of an exception group that says most: ours first, then any other."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves = [_first_cause(e) for e in exc.exceptions]
+    from rousseau.agent.errors import RousseauError
+
+    for wanted in (KeyboardInterrupt, RousseauError, BrokenPipeError):
+        for leaf in leaves:
+            if isinstance(leaf, wanted):
+                return leaf
+    return leaves[0]
+
+
+def _mute_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _keep_traceback(exc: BaseException) -> str:
+    """Write the full traceback (secrets masked) where the user can find it; its path."""
+    import os
+    import tempfile
+    import time
+    import traceback
+    from pathlib import Path
+
+    from rousseau.cli import common
+    from rousseau.log import Redactor
+
+    text = "".join(traceback.format_exception(exc))
+    text = (common.redactor or Redactor()).redact(text)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    for folder in (Path(state) / "rousseau", Path(tempfile.gettempdir())):
+        path = folder / "rousseau-error.log"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a") as out:
+                out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n{text}\n")
+            return str(path)
+        except OSError:
+            continue
+    return "nowhere: the state folder and the temporary folder are not writable"

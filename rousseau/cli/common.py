@@ -8,10 +8,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rousseau.config import Config
+    from rousseau.log import Redactor
+
+
+redactor: Redactor | None = None
+"""Masks the loaded config's secrets (and token shapes) in what the CLI prints on failure."""
 
 
 def fail(message: str) -> None:
-    print(f"rousseau: {message}", file=sys.stderr)
+    """One line on stderr, secrets masked."""
+    from rousseau.log import Redactor
+
+    message = (redactor or Redactor()).redact(message)
+    line = " ".join(message.split())
+    print(f"rousseau: {line}", file=sys.stderr)
 
 
 def load(args: argparse.Namespace, *, quiet: bool = True) -> Config:
@@ -19,9 +29,10 @@ def load(args: argparse.Namespace, *, quiet: bool = True) -> Config:
     from rousseau.config import load_config
     from rousseau.log import configure_logging
 
+    global redactor
     config = load_config(args.config)
     level = "debug" if args.debug else ("warning" if quiet else config.log.level)
-    configure_logging(level, config.log.format, config.secrets())
+    redactor = configure_logging(level, config.log.format, config.secrets())
     return config
 
 

@@ -250,6 +250,7 @@ class TelegramTransport:
             )
         for _ in range(5):
             try:
+                await self.bot.initialize()  # at once if done: `rousseau send` has no run()
                 await self.bot.send_message(
                     chat_id=int(message.chat_id), text=message.text, **params
                 )

@@ -1,0 +1,108 @@
+"""`rousseau send TRANSPORT:RECIPIENT TEXT`: one message through a transport's outbox.
+
+The message is queued like any reply (split for the platform), so a running daemon delivers
+it, in order with whatever that chat still has waiting. With no daemon running, this command
+takes the daemon's lock for the moment it needs and delivers the chat's queue itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rousseau.cli.common import load, open_store
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+    from rousseau.state import Store
+    from rousseau.transports.base import Transport
+
+
+def send(args: argparse.Namespace) -> int:
+    import anyio
+
+    from rousseau.agent import ConfigError, RousseauError
+    from rousseau.cron.targets import TargetError, parse_target
+    from rousseau.state.lock import DaemonLock, DaemonRunningError
+    from rousseau.transports import build_transports
+
+    try:
+        name, chat = parse_target(args.target)
+    except TargetError as exc:
+        raise RousseauError(str(exc)) from None
+    text = sys.stdin.read() if args.text == "-" else args.text
+    if not text.strip():
+        raise RousseauError("the message is empty")
+    config = load(args)
+    if getattr(config, name, None) is None:
+        raise ConfigError(f"{name} is not configured: add its section first")
+    transport = build_transports(config, only=name)[name]
+    with open_store(args, config) as store:
+        queued = anyio.run(_queue, store, transport, chat, text)
+        lock = DaemonLock(config.state.path)
+        try:
+            lock.acquire()
+        except DaemonRunningError:
+            print(f"queued {queued} part(s) for {args.target}; the running daemon delivers them")
+            return 0
+        try:
+            sent = anyio.run(_deliver, config, store, transport, chat)
+        finally:
+            lock.release()
+    print(f"sent {sent} part(s) to {args.target}")
+    return 0
+
+
+async def _queue(store: Store, transport: Transport, chat: str, text: str) -> int:
+    from rousseau.state.daemon_state import DaemonState
+    from rousseau.transports.base import Outbound
+    from rousseau.transports.split import split_message
+
+    parts = [
+        Outbound(transport=transport.name, chat_id=chat, text=part)
+        for part in split_message(text, transport.max_length, transport.measure)
+    ]
+    await DaemonState(store).finish(None, parts)
+    return len(parts)
+
+
+async def _deliver(config: Config, store: Store, transport: Transport, chat: str) -> int:
+    """Send this chat's queue, oldest first; a failure leaves the rest for the next daemon."""
+    import anyio
+
+    from rousseau.agent import RousseauError
+    from rousseau.state.daemon_state import DaemonState
+
+    state = DaemonState(store)
+    sent = 0
+    try:
+        for row in await state.due(transport.name, 1000):
+            if row.message.chat_id != chat:
+                continue
+            try:
+                with anyio.fail_after(config.send_timeout):
+                    await transport.send(row.message)
+            except Exception as exc:
+                reason = str(exc) or type(exc).__name__
+                if isinstance(exc, TimeoutError):
+                    reason = f"no answer within {config.send_timeout:g} s"
+                await state.retry_later(row.id, 0.0, reason, give_up=False)
+                raise RousseauError(
+                    f"{transport.name} did not take it ({reason}); it stays queued"
+                    " and the daemon delivers it when it runs"
+                ) from None
+            await state.sent(row.id)
+            sent += 1
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _quiet_close(transport)
+    return sent
+
+
+async def _quiet_close(transport: Any) -> None:
+    try:
+        await transport.aclose()
+    except Exception:  # closing after a failure: the failure is what the user must see
+        pass
+
