@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,3 +230,54 @@ def test_version_and_help(env: dict[str, str]) -> None:
     help_text = rousseau("--help", env=env).stdout
     for command in ("chat", "session", "doctor", "version"):
         assert command in help_text
+
+
+def test_ctrl_c_at_the_approval_prompt_denies_and_keeps_the_next_line(
+    env: dict[str, str], fake_llm: FakeLLMServer, home: Path
+) -> None:
+    fake_llm.push(
+        openai_stream(openai_completion(None, [("bash", {"command": "touch never"})])),
+        openai_stream(openai_completion("you said after")),
+    )
+    proc = subprocess.Popen(
+        [*ROUSSEAU, "chat"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    shown = bytearray()
+    reader = threading.Thread(target=copy_into, args=(proc.stdout, shown), daemon=True)
+    reader.start()
+
+    def wait_for(text: bytes) -> None:
+        deadline = time.monotonic() + 20
+        while text not in shown and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert text in shown, bytes(shown)
+
+    proc.stdin.write(b"make a file\n")
+    proc.stdin.flush()
+    wait_for(b"allow bash touch never? [y/N]")
+    proc.send_signal(signal.SIGINT)
+    wait_for(b"(stopped)")
+    proc.stdin.write(b"after\n")  # typed into the approval's input(), still waiting
+    proc.stdin.close()
+    assert proc.wait(timeout=20) == 0
+    reader.join(timeout=5)
+    proc.stdout.close()
+    assert proc.stderr is not None
+    proc.stderr.close()
+    out = shown.decode()
+    assert "you said after" in out  # the line typed after Ctrl-C reached the model
+    assert fake_llm.posts()[-1].body["messages"][-1] == {"role": "user", "content": "after"}
+    assert not (home / "ws" / "never").exists()
+    audit = rousseau("audit", env=env)
+    assert "bash" in audit.stdout and "cancelled" in audit.stdout, audit.stdout
+
+
+def copy_into(stream: Any, shown: bytearray) -> None:
+    """What a program prints, as it prints it."""
+    while chunk := stream.read1(4096):
+        shown.extend(chunk)

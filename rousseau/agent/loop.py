@@ -231,22 +231,15 @@ async def run_tool(
     whether it was denied. (The MCP server runs calls through here too.)"""
     started = time.time()
     clock = time.monotonic()
-    result, decision = await _attempt(tools, approver, session_id, use, unattended)
-    if audit is not None:
-        digest = input_digest(use)[:16]
-        if decision is None:
-            verdict, by, reason = "invalid", "", result.content[:200]
-        else:
-            verdict = "allow" if decision.allow else "deny"
-            by, reason = decision.by, decision.reason
-        if decision is not None and not decision.allow:
-            outcome = "denied"
-        else:
-            outcome = "error" if result.is_error else "ok"
-        record = ToolCallRecord(
+    decided: list[Decision] = []
+
+    async def record(verdict: str, by: str, reason: str, outcome: str) -> None:
+        if audit is None:
+            return
+        entry = ToolCallRecord(
             session_id=session_id,
             tool=use.name,
-            input_digest=digest,
+            input_digest=input_digest(use)[:16],
             decision=verdict,
             decided_by=by,
             reason=reason,
@@ -255,9 +248,27 @@ async def run_tool(
             outcome=outcome,
         )
         try:
-            await audit.record_tool_call(record)
+            await audit.record_tool_call(entry)
         except Exception:
             log.exception("agent.audit_failed", session=session_id, tool=use.name)
+
+    try:
+        result, decision = await _attempt(tools, approver, session_id, use, unattended, decided)
+    except anyio.get_cancelled_exc_class():
+        # The turn was stopped (Ctrl-C, a deadline, shutdown): the call is in the audit too.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            if decided:
+                verdict = "allow" if decided[0].allow else "deny"
+                await record(verdict, decided[0].by, decided[0].reason, "cancelled")
+            else:
+                await record("deny", "cancelled", "stopped before anyone decided", "cancelled")
+        raise
+    if decision is None:
+        await record("invalid", "", result.content[:200], "error")
+    elif not decision.allow:
+        await record("deny", decision.by, decision.reason, "denied")
+    else:
+        await record("allow", decision.by, decision.reason, "error" if result.is_error else "ok")
     return result, decision is not None and not decision.allow
 
 
@@ -267,8 +278,10 @@ async def _attempt(
     session_id: str,
     use: ToolUse,
     unattended: bool,
+    decided: list[Decision],
 ) -> tuple[ToolResult, Decision | None]:
-    """The call itself; the decision is None when it never reached the approver."""
+    """The call itself; the decision is None when it never reached the approver. The
+    decision is also put in `decided` the moment it is made (for a call cut short)."""
 
     def error(text: str) -> ToolResult:
         return ToolResult(tool_use_id=use.id, content=text, is_error=True)
@@ -298,6 +311,7 @@ async def _attempt(
         if now != asked or decision.digest not in ("", now):
             log.warning("agent.input_changed", session=session_id, tool=use.name, by=decision.by)
             decision = input_changed(decision.by)
+    decided.append(decision)
     if not decision.allow:
         log.info("agent.tool_denied", session=session_id, tool=use.name, by=decision.by)
         return error(f"denied: {decision.reason or 'not approved'}"), decision

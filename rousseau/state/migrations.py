@@ -251,6 +251,29 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX cron_runs_at ON cron_runs(scheduled_at)",
         ),
     ),
+    Migration(
+        10,
+        "audit: calls cut short (a stopped turn) are recorded as cancelled",
+        (
+            """CREATE TABLE tool_calls_new (
+                id INTEGER PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                input_digest TEXT NOT NULL,
+                decision TEXT NOT NULL CHECK (decision IN ('allow', 'deny', 'invalid')),
+                decided_by TEXT NOT NULL DEFAULT '',
+                reason TEXT NOT NULL DEFAULT '',
+                started_at REAL NOT NULL,
+                duration REAL NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'error', 'denied', 'cancelled'))
+            )""",
+            "INSERT INTO tool_calls_new SELECT * FROM tool_calls",
+            "DROP TABLE tool_calls",
+            "ALTER TABLE tool_calls_new RENAME TO tool_calls",
+            "CREATE INDEX tool_calls_at ON tool_calls(started_at DESC)",
+            "CREATE INDEX tool_calls_session ON tool_calls(session_id, started_at)",
+        ),
+    ),
 )
 
 

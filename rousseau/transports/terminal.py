@@ -14,7 +14,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from anyio import CancelScope
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rousseau.agent import (
     Agent,
@@ -94,31 +94,47 @@ class Screen:
 
 
 class LineReader:
-    """Reads lines with input() on a daemon thread, so a pending read never blocks exit."""
+    """Reads lines with input() on a daemon thread, so a pending read never blocks exit.
 
-    def __init__(self) -> None:
-        self._requests: queue.Queue[tuple[str, MemoryObjectSendStream[str | None], Any]] = (
-            queue.Queue()
-        )
+    input() cannot be taken back: when a read is given up (Ctrl-C at the approval prompt),
+    its input() keeps waiting, and the line typed there goes to the next read, which shows
+    its own prompt first; nothing typed is lost."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self._prompts: queue.Queue[str] = queue.Queue()
+        self._lines: MemoryObjectReceiveStream[str | None] | None = None
+        self._send: MemoryObjectSendStream[str | None] | None = None
+        self._token: Any = None
+        self._in_flight = False
         threading.Thread(target=self._serve, name="rousseau-stdin", daemon=True).start()
 
     async def read(self, prompt: str) -> str | None:
         """The next line, or None at end of input."""
-        send, receive = anyio.create_memory_object_stream[str | None](1)
-        self._requests.put((prompt, send, anyio.lowlevel.current_token()))
-        async with receive:
-            return await receive.receive()
+        if self._lines is None:
+            self._send, self._lines = anyio.create_memory_object_stream[str | None](16)
+            self._token = anyio.lowlevel.current_token()
+        if self._in_flight:  # an earlier read's input() is still waiting: its line is ours
+            self.out.write(prompt)
+            self.out.flush()
+        else:
+            self._in_flight = True
+            self._prompts.put(prompt)
+        line = await self._lines.receive()
+        self._in_flight = False
+        return line
 
     def _serve(self) -> None:
         while True:
-            prompt, send, token = self._requests.get()
+            prompt = self._prompts.get()
             try:
                 line: str | None = input(prompt)
             except EOFError:
                 line = None
             try:
-                anyio.from_thread.run_sync(send.send_nowait, line, token=token)
-            except Exception:  # the reader gave up or the loop is gone: drop the line
+                assert self._send is not None
+                anyio.from_thread.run_sync(self._send.send_nowait, line, token=self._token)
+            except Exception:  # the loop is gone: nobody is left to read it
                 pass
 
 
