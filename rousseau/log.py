@@ -6,7 +6,8 @@ import logging
 import re
 import sys
 from collections.abc import Iterable, MutableMapping
-from typing import Any
+from datetime import datetime
+from typing import Any, TextIO
 
 import structlog
 
@@ -55,16 +56,53 @@ class Redactor:
         return event
 
 
+_DURATIONS = frozenset(
+    {"late", "delay", "retry_in", "retry_after", "grace", "poll_interval", "duration", "lag",
+     "timeout", "elapsed", "wait", "interval"}
+)  # fmt: skip
+
+
+def readable(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """For people reading text logs: durations as `13.1s`, epoch times as ISO local time."""
+    for key, value in event.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if key in _DURATIONS:
+            event[key] = duration(float(value))
+        elif (key == "scheduled" or key.endswith("_at")) and value > 1e9:
+            event[key] = datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
+    return event
+
+
+def duration(seconds: float) -> str:
+    """`850ms`, `13.1s`, `4m05s`, `2h10m`."""
+    if abs(seconds) < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if abs(seconds) < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
 def configure_logging(
-    level: str = "info", fmt: str = "text", secrets: Iterable[str] = ()
+    level: str = "info",
+    fmt: str = "text",
+    secrets: Iterable[str] = (),
+    file: TextIO | None = None,
 ) -> Redactor:
-    """Route structlog to stderr at `level`, as text or JSON, through the redactor."""
+    """Route structlog to stderr (or `file`) at `level`, as text or JSON, through the
+    redactor."""
     redactor = Redactor(secrets)
     renderer: Any
-    if fmt == "json":
+    extra: list[Any] = []
+    if fmt == "json":  # for machines: numbers stay numbers
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        renderer = structlog.dev.ConsoleRenderer(colors=file is None and sys.stderr.isatty())
+        extra = [readable]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -72,10 +110,11 @@ def configure_logging(
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             redactor,
+            *extra,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=file or sys.stderr),
         cache_logger_on_first_use=False,
     )
     return redactor

@@ -281,3 +281,20 @@ def copy_into(stream: Any, shown: bytearray) -> None:
     """What a program prints, as it prints it."""
     while chunk := stream.read1(4096):
         shown.extend(chunk)
+
+
+def test_session_show_and_delete_take_a_unique_prefix(
+    env: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    for name in ("travel-2025", "travel-2026", "tax"):
+        fake_llm.push(openai_stream(openai_completion(f"noted {name}")))
+        assert rousseau("chat", "--session", name, "-m", name, env=env).returncode == 0
+    assert "user: tax" in rousseau("session", "show", "ta", env=env).stdout  # "tax" only
+    several = rousseau("session", "show", "tr", env=env)
+    assert several.returncode == 1 and several.stderr.count("\n") == 1
+    assert "travel-2025" in several.stderr and "travel-2026" in several.stderr
+    deleted = rousseau("session", "delete", "travel-2026", "--yes", env=env)
+    assert deleted.stdout == "deleted session travel-2026\n"
+    assert "user: travel-2025" in rousseau("session", "show", "tr", env=env).stdout
+    missing = rousseau("session", "delete", "zzz", "--yes", env=env)
+    assert missing.returncode == 1 and missing.stderr == "rousseau: no such session: zzz\n"

@@ -41,3 +41,20 @@ def test_configured_logging_writes_redacted_json(capsys: pytest.CaptureFixture[s
     assert record["event"] == "provider.called" and record["key"] == MASK
     assert record["level"] == "info" and "timestamp" in record
     structlog.reset_defaults()
+
+
+def test_text_logs_show_durations_and_times_for_people(capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import datetime
+
+    configure_logging("info", "text")
+    at = datetime(2026, 11, 30, 20, 29, 25).timestamp()
+    structlog.get_logger("t").info("cron.fired", late=13.14, scheduled=at, delay=0.25, count=3)
+    line = capsys.readouterr().err
+    assert "late=13.1s" in line and "delay=250ms" in line and "count=3" in line
+    assert "scheduled=2026-11-30T20:29:25" in line
+
+
+def test_durations_read_at_a_glance() -> None:
+    from rousseau.log import duration
+
+    assert [duration(s) for s in (0.004, 13.14, 245, 7800)] == ["4ms", "13.1s", "4m05s", "2h10m"]

@@ -38,29 +38,41 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="config file (default: $ROUSSEAU_CONFIG, else ~/.config/rousseau/config.yaml)",
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks and debug logs (default: no)"
+    )
+    parser.add_argument(
+        "--version", action="store_true", help="print the version and exit (as `version` does)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     chat = sub.add_parser("chat", help="chat with the agent in this terminal")
-    chat.add_argument("--session", metavar="ID", help="continue (or create) this session")
-    chat.add_argument("-m", "--message", metavar="TEXT", help="send one message, print the reply")
+    chat.add_argument(
+        "--session", metavar="ID", help="continue (or create) this session (default: a new one)"
+    )
+    chat.add_argument(
+        "-m",
+        "--message",
+        metavar="TEXT",
+        help="send one message, print the reply and exit (default: an interactive chat)",
+    )
     chat.set_defaults(func="chat:chat")
 
     session = sub.add_parser("session", help="list, search, show or delete stored sessions")
     ssub = session.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = ssub.add_parser("list", help="recent sessions")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default: 50)")
     ls.set_defaults(func="session:list_sessions")
     search = ssub.add_parser("search", help="find messages containing text")
-    search.add_argument("query")
-    search.add_argument("--limit", type=int, default=20)
+    search.add_argument("query", help="words to find (full-text search)")
+    search.add_argument("--limit", type=int, default=20, help="at most this many (default: 20)")
     search.set_defaults(func="session:search")
     show = ssub.add_parser("show", help="print a session's messages")
-    show.add_argument("id")
+    show.add_argument("id", help="the session's id, or enough of its start to be unique")
     show.set_defaults(func="session:show")
     delete = ssub.add_parser("delete", help="delete a session and its messages")
-    delete.add_argument("id")
-    delete.add_argument("--yes", action="store_true", help="really delete")
+    delete.add_argument("id", help="the session's id, or enough of its start to be unique")
+    delete.add_argument("--yes", action="store_true", help="really delete (default: only say what)")
     delete.set_defaults(func="session:delete")
 
     run = sub.add_parser("run", help="the daemon: every configured transport")
@@ -77,8 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
         "mcp", help="serve the tools and the stored conversations over MCP (stdio)"
     ).set_defaults(func="mcp:mcp")
     audit = sub.add_parser("audit", help="every tool call: who decided, and what came of it")
-    audit.add_argument("--limit", type=int, default=50)
-    audit.add_argument("--session", metavar="ID", help="only this session's calls")
+    audit.add_argument("--limit", type=int, default=50, help="the latest this many (default: 50)")
+    audit.add_argument(
+        "--session", metavar="ID", help="only this session's calls (default: every session's)"
+    )
     audit.set_defaults(func="audit:audit")
 
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
@@ -87,30 +101,33 @@ def build_parser() -> argparse.ArgumentParser:
         func="skills:list_skills"
     )
     kshow = ksub.add_parser("show", help="a skill's text")
-    kshow.add_argument("name")
+    kshow.add_argument("name", help="the skill's name, as `skills list` shows it")
     kshow.set_defaults(func="skills:show")
 
     cron = sub.add_parser("cron", help="scheduled prompts delivered to a chat")
     csub = cron.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = csub.add_parser("add", help="add a job (checked before it is saved)")
-    add.add_argument("--name", required=True)
+    add.add_argument("--name", required=True, help="what to call the job (needs a letter)")
     add.add_argument(
         "--schedule",
         required=True,
         help="5-field cron, @hourly/@daily/@weekly/@monthly or '@every 90s|5m|1h30m', "
-        "optionally prefixed 'CRON_TZ=Zone '",
+        "optionally prefixed 'CRON_TZ=Zone ' (default zone: cron.timezone)",
     )
     add.add_argument("--prompt", required=True, help="what the agent is asked at each run")
     add.add_argument(
-        "--deliver-to", required=True, metavar="TRANSPORT:RECIPIENT", help="e.g. telegram:42"
+        "--deliver-to",
+        required=True,
+        metavar="TRANSPORT:RECIPIENT",
+        help="the chat the reply goes to, e.g. telegram:42",
     )
     add.add_argument(
         "--misfire",
         choices=["run_once", "skip"],
         default="run_once",
-        help="after downtime: run a missed job once (default) or skip it",
+        help="after downtime: run a missed job once or skip it (default: run_once)",
     )
-    add.add_argument("--disabled", action="store_true", help="save it switched off")
+    add.add_argument("--disabled", action="store_true", help="save it switched off (default: on)")
     add.set_defaults(func="cron:add")
     csub.add_parser("list", help="jobs, their next run and last status").set_defaults(
         func="cron:list_jobs"
@@ -122,28 +139,30 @@ def build_parser() -> argparse.ArgumentParser:
         ("run", "run a job once, now; the reply goes out through the outbox"),
     ):
         one = csub.add_parser(verb, help=helptext)
-        one.add_argument("job", metavar="NAME|ID")
+        one.add_argument("job", metavar="NAME|ID", help="the job's name or id (see cron list)")
         one.set_defaults(func="cron:one", verb=verb)
 
     pair = sub.add_parser("pair", help="admit strangers who asked with a pairing code")
     psub = pair.add_subparsers(dest="action", metavar="ACTION", required=True)
     psub.add_parser("list", help="codes waiting for approval").set_defaults(func="pair:list_codes")
     approve = psub.add_parser("approve", help="admit the sender behind a code")
-    approve.add_argument("code")
+    approve.add_argument("code", help="the code the stranger was given (see pair list)")
     approve.set_defaults(func="pair:approve")
     reject = psub.add_parser("reject", help="drop a code; its sender gets no new one for a day")
-    reject.add_argument("code")
+    reject.add_argument("code", help="the code the stranger was given (see pair list)")
     reject.set_defaults(func="pair:reject")
 
     sub.add_parser("version", help="print the version").set_defaults(func="status:version")
     sub.add_parser(
-        "status", help="which provider, which store, how many sessions and tokens"
+        "status", help="the provider, the store and its counts, and whether a daemon runs"
     ).set_defaults(func="status:status")
     doctor = sub.add_parser(
         "doctor", help="check the config, the store and the provider; exit 1 on a failure"
     )
     doctor.add_argument(
-        "--fix", action="store_true", help="repair what can be repaired safely, saying what changed"
+        "--fix",
+        action="store_true",
+        help="repair what can be repaired safely, saying what changed (default: only report)",
     )
     doctor.set_defaults(func="doctor:doctor")
 
@@ -281,10 +300,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _global_options_anywhere(parser: argparse.ArgumentParser) -> None:
-    """Accept --config and --debug after the subcommand too (`rousseau cron list --config X`)."""
+    """Accept --config and --debug after the subcommand too (`rousseau cron list --config X`),
+    and give each subcommand's --help its one-line description."""
     for action in parser._actions:  # argparse keeps its subparsers only here
         if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, child in action.choices.items():
+                if child.description is None:
+                    child.description = helps.get(name)
                 child.add_argument(
                     "--config", metavar="PATH", default=argparse.SUPPRESS, help=argparse.SUPPRESS
                 )
@@ -303,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         try:
             args = parser.parse_args(argv)
+            if args.version:
+                args.func = "status:version"
         except SystemExit as exc:  # --help, or a usage error argparse has printed
             sys.stdout.flush()
             return exc.code if isinstance(exc.code, int) else 2
@@ -382,8 +407,7 @@ def _keep_traceback(exc: BaseException) -> str:
 
     text = "".join(traceback.format_exception(exc))
     text = (common.redactor or Redactor()).redact(text)
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    for folder in (Path(state) / "rousseau", Path(tempfile.gettempdir())):
+    for folder in (common.state_folder(), Path(tempfile.gettempdir())):
         path = folder / "rousseau-error.log"
         try:
             folder.mkdir(parents=True, exist_ok=True)

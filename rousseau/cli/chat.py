@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from rousseau.cli.common import close_provider, fail, load
+from rousseau.cli.common import close_provider, fail, load, state_folder
 
 if TYPE_CHECKING:
     from rousseau.config import Config
@@ -17,7 +17,9 @@ def chat(args: argparse.Namespace) -> int:
     from rousseau.providers import build_provider, detect_provider
     from rousseau.state import Store
 
-    config = load(args)
+    # The interactive chat keeps log lines out of the conversation: they go to a file.
+    log_to = None if args.message is not None else state_folder() / "chat.log"
+    config = load(args, log_to=log_to)
     name, _why = detect_provider(config)
     with Store(config.state.path) as store:
         provider = build_provider(config, name, store=store)
@@ -69,6 +71,7 @@ async def _chat_interactive(
     model = getattr(provider, "model", "")
     banner = screen.paint.dim(
         f"rousseau · {name} {model} · session {session.id}\n{HELP} Ctrl-C stops a reply."
+        f"\nLog lines go to {state_folder() / 'chat.log'}."
     )
     ask = TerminalApproval(reader, screen)
     try:

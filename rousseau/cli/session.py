@@ -36,8 +36,9 @@ def show(args: argparse.Namespace) -> int:
     from rousseau.transports.terminal import describe_call
 
     with open_store(args) as store:
-        session = store.load_sync(args.id)
-        info = store.info_sync(args.id)
+        session_id = store.resolve_sync(args.id)
+        session = store.load_sync(session_id)
+        info = store.info_sync(session_id)
     if session is None or info is None:
         raise StoreError(f"no such session: {args.id}")
     for message in session.messages:
@@ -56,12 +57,13 @@ def show(args: argparse.Namespace) -> int:
 def delete(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
 
-    if not args.yes:
-        fail(f"this deletes session {args.id} and all its messages; add --yes to confirm")
-        return 2
     with open_store(args) as store:
-        deleted = store.delete_sync(args.id)
+        session_id = store.resolve_sync(args.id)
+        if not args.yes:
+            fail(f"this deletes session {session_id} and all its messages; add --yes to confirm")
+            return 2
+        deleted = store.delete_sync(session_id)
     if not deleted:
         raise StoreError(f"no such session: {args.id}")
-    print(f"deleted session {args.id}")
+    print(f"deleted session {session_id}")
     return 0

@@ -355,6 +355,26 @@ class Store:
     def delete_sync(self, session_id: str) -> bool:
         return self.call_sync(self._delete(session_id), write=True)
 
+    def resolve_sync(self, prefix: str) -> str:
+        """The id of the one session whose id is `prefix` or starts with it; StoreError
+        when none does or several do (naming a few)."""
+
+        def op(db: sqlite3.Connection) -> list[str]:
+            rows = db.execute(
+                "SELECT id FROM sessions WHERE substr(id, 1, length(?1)) = ?1"
+                " ORDER BY id != ?1, updated_at DESC LIMIT 4",
+                (prefix,),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        found = self.call_sync(op) if prefix else []
+        if found and (found[0] == prefix or len(found) == 1):
+            return str(found[0])
+        if not found:
+            raise StoreError(f"no such session: {prefix}")
+        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        raise StoreError(f"{prefix!r} starts several sessions ({shown}): give more of the id")
+
     def check_writable_sync(self) -> None:
         """Commit a write that changes nothing, to prove the file accepts writes."""
         self.call_sync(self._touch, write=True)
