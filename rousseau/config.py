@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import structlog
 import yaml
 from pydantic import (
     AfterValidator,
@@ -21,6 +22,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     StringConstraints,
     ValidationError,
@@ -605,6 +607,13 @@ class Config(Section):
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""
+    _notices: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def notices(self) -> dict[str, str]:
+        """Keys written for rousseau-agent (Go) that were accepted, each with what rousseau
+        does instead; `log_notices` reports them once logging is set up."""
+        return self._notices
 
     def secrets(self) -> list[str]:
         """Every secret value set anywhere, for scrubbing tool environments and logs."""
@@ -675,12 +684,24 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
         keys, annotation = found
         _set(data, keys, _env_value(value, annotation))
         origins[tuple(keys)] = var
+    from rousseau.config_go import translate_go_keys
+
+    go = translate_go_keys(data)
+    origins = go.moved | origins
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, file if file.exists() else None, origins)) from None
     config.source = str(file) if file.exists() else ""
+    config.notices.update(go.notices)
     return config
+
+
+def log_notices(config: Config) -> None:
+    """One warning per rousseau-agent key the config holds (call after logging is set up)."""
+    log = structlog.get_logger("rousseau.config")
+    for key, note in config.notices.items():
+        log.warning("config.go_key", key=key, note=note)
 
 
 def _read_yaml(file: Path, required: bool) -> dict[str, Any]:

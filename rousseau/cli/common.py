@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,16 +26,29 @@ def fail(message: str) -> None:
     print(f"rousseau: {line}", file=sys.stderr)
 
 
-def load(args: argparse.Namespace, *, quiet: bool = True) -> Config:
-    """Load the config and set up logging (warnings only for interactive commands)."""
-    from rousseau.config import load_config
+def load(args: argparse.Namespace, *, quiet: bool = True, log_to: Path | None = None) -> Config:
+    """Load the config and set up logging (warnings only for interactive commands), on
+    stderr or appended to the file `log_to`."""
+    from rousseau.config import load_config, log_notices
     from rousseau.log import configure_logging
 
     global redactor
     config = load_config(args.config)
     level = "debug" if args.debug else ("warning" if quiet else config.log.level)
-    redactor = configure_logging(level, config.log.format, config.secrets())
+    file = None
+    if log_to is not None:
+        log_to.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log_to, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        file = os.fdopen(fd, "a", buffering=1)  # line-buffered; open until the process ends
+    redactor = configure_logging(level, config.log.format, config.secrets(), file)
+    log_notices(config)  # keys written for rousseau-agent (Go), each with what we do instead
     return config
+
+
+def state_folder() -> Path:
+    """Where the CLI keeps its own files: $XDG_STATE_HOME/rousseau (~/.local/state)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "rousseau"
 
 
 def open_store(args: argparse.Namespace, config: Config | None = None) -> Any:

@@ -1,0 +1,400 @@
+"""Copy a rousseau-agent (Go) sessions.db into rousseau's store.
+
+The Go daemon keeps each session as one JSON payload row, the WhatsApp sender of a chat in
+`jid_sessions`, and scheduled prompts in `cron_jobs` with a bare recipient (a WhatsApp JID
+unless another transport ran the job). Sessions get ids derived from their Go ids and jobs keep
+their names, so a second run finds everything in place and imports nothing new. Jobs go through
+CronJobs, so each is checked exactly as `rousseau cron add` checks it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rousseau.agent import Content, Message, Role, StoreError, ToolResult, ToolUse
+from rousseau.cron.jobs import CronError, CronJob, CronJobs
+from rousseau.cron.targets import TargetError, parse_target
+from rousseau.state.store import TITLE_LENGTH, Store, _title
+
+_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/sebastienrousseau/rousseau-agent")
+_SESSION_COLUMNS = {"id", "title", "payload", "created_at", "updated_at"}
+_WHATSAPP_SERVERS = ("s.whatsapp.net", "g.us", "lid")
+_IMESSAGE_GUID = re.compile(r"^(iMessage|SMS|any);[-+];\S+$")
+_SLACK_ID = re.compile(r"^[CDGU][A-Z0-9]{2,}$")
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+UNKNOWN_OWNER = "rousseau-agent"
+"""The owner prefix of sessions whose transport cannot be told: recalled only with scope all."""
+
+
+@dataclass(kw_only=True, slots=True)
+class GoImport:
+    """What one import did; a second run over the same file imports nothing new."""
+
+    sessions: int = 0
+    """Sessions copied by this run."""
+    messages: int = 0
+    """Messages in those sessions."""
+    tool_calls: int = 0
+    """Tool calls among those messages (their results came along with them)."""
+    chats: int = 0
+    """WhatsApp chats whose next message continues their imported session."""
+    cron_jobs: int = 0
+    """Cron jobs added by this run."""
+    sessions_present: int = 0
+    """Sessions an earlier run had copied already."""
+    cron_present: int = 0
+    """Cron jobs an earlier run had added already."""
+    empty_sessions: int = 0
+    """Sessions without a message, left out."""
+    skipped: list[str] = field(default_factory=list)
+    """One line per thing left out, or copied only in part, saying why."""
+
+
+def session_id_for(go_id: str) -> str:
+    """The rousseau id of a rousseau-agent session: the same on every run."""
+    return uuid.uuid5(_NAMESPACE, go_id).hex[:12]
+
+
+def import_go(path: str | Path, store: Store, *, timezone: str = "local") -> GoImport:
+    """Copy the sessions, messages and cron jobs of the rousseau-agent database at `path`.
+
+    Blocking: call it from a thread in async code. The file is opened read-only; `timezone`
+    is the zone of imported schedules without CRON_TZ= (rousseau-agent used the machine's).
+    Raises StoreError when the file is missing or is not a rousseau-agent database.
+    """
+    source = Path(path).expanduser()
+    if store.path != ":memory:" and source.exists() and source.samefile(store.path):
+        raise StoreError(
+            f"{source} is rousseau's own store (state.path); move the rousseau-agent database "
+            "aside, point state.path elsewhere, and import the moved file"
+        )
+    result = GoImport()
+    with closing(_open(source)) as go:
+        try:
+            tables = {r[0] for r in go.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            jids = _jids(go) if "jid_sessions" in tables else {}
+            sessions = go.execute(
+                "SELECT id, title, payload, created_at, updated_at FROM sessions"
+                " ORDER BY created_at, id"
+            )
+            for row in sessions:
+                _import_session(store, row, jids.get(row[0]), result)
+            if "cron_jobs" in tables:
+                jobs = go.execute(
+                    "SELECT name, cron_expr, prompt, deliver_to, enabled FROM cron_jobs"
+                    " ORDER BY created_at, name"
+                ).fetchall()
+                _import_jobs(CronJobs(store), jobs, timezone, result)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {source}: {exc}") from None
+    return result
+
+
+def _open(source: Path) -> sqlite3.Connection:
+    if not source.is_file():
+        raise StoreError(f"no rousseau-agent database at {source}")
+    try:
+        db = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=15.0)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {source}: {exc}") from None
+    try:
+        columns = {r[1] for r in db.execute("PRAGMA table_info(sessions)")}
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise StoreError(f"{source} is not a SQLite database ({exc})") from None
+    if not _SESSION_COLUMNS <= columns:
+        db.close()
+        what = "a rousseau store" if "summary" in columns else "no rousseau-agent sessions table"
+        raise StoreError(f"{source} is not a rousseau-agent database ({what})")
+    return db
+
+
+def _jids(go: sqlite3.Connection) -> dict[str, str]:
+    """The session each sender was last talking in, by session id."""
+    return {
+        str(sid): str(jid) for jid, sid in go.execute("SELECT jid, session_id FROM jid_sessions")
+    }
+
+
+# -- sessions -------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class _Left:
+    """What a session's conversion could not carry over."""
+
+    system: int = 0
+    images: int = 0
+    other: int = 0
+
+    def describe(self) -> str:
+        parts = []
+        if self.images:
+            parts.append(f"{self.images} image(s) kept as a placeholder")
+        if self.system:
+            parts.append(f"{self.system} system message(s) left out")
+        if self.other:
+            parts.append(f"{self.other} unreadable block(s) left out")
+        return ", ".join(parts)
+
+
+def _import_session(store: Store, row: tuple[Any, ...], jid: str | None, result: GoImport) -> None:
+    go_id, title = str(row[0]), str(row[1] or "")
+    sid = session_id_for(go_id)
+    if store.call_sync(_has_session(sid)):
+        result.sessions_present += 1
+        return
+    created = _epoch(row[3]) or time.time()
+    left = _Left()
+    messages = _messages(row[2], created, left)
+    if messages is None:
+        result.skipped.append(f"session {go_id}: its payload is not a readable session")
+        return
+    if not messages:
+        result.empty_sessions += 1
+        return
+    if note := left.describe():
+        result.skipped.append(f"session {go_id}: {note}")
+    # Only a chat's current session (the one jid_sessions names) is continued by its chat;
+    # older ones carry the sender in their title.
+    owner, chat, key = _scope(jid) if jid else (None, None, None)
+    if jid is None and title.startswith("chat: "):
+        owner, chat, _ = _scope(title.removeprefix("chat: ").strip())
+    first_user = next((m.text for m, _ in messages if m.role is Role.USER and m.text), "")
+    head = title.strip() or _title(first_user)
+    updated = _epoch(row[4]) or messages[-1][1]
+
+    def op(db: sqlite3.Connection) -> int:
+        db.execute(
+            "INSERT INTO sessions (id, title, created_at, updated_at, message_count, owner, chat)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (sid, head[:TITLE_LENGTH], created, updated, len(messages), owner, chat),
+        )
+        db.executemany(
+            "INSERT INTO messages (session_id, role, content, text, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [
+                (
+                    sid,
+                    m.role.value,
+                    json.dumps([c.to_dict() for c in m.content], ensure_ascii=False),
+                    m.text,
+                    at,
+                )
+                for m, at in messages
+            ],
+        )
+        if key is None:
+            return 0
+        bound = db.execute(
+            "INSERT INTO chat_sessions (session_key, session_id, updated_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (session_key) DO NOTHING",
+            (key, sid, time.time()),
+        )
+        return bound.rowcount
+
+    result.chats += store.call_sync(op, write=True)
+    result.sessions += 1
+    result.messages += len(messages)
+    result.tool_calls += sum(len(m.tool_uses) for m, _ in messages)
+
+
+def _has_session(sid: str) -> Callable[[sqlite3.Connection], bool]:
+    def op(db: sqlite3.Connection) -> bool:
+        return db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
+
+    return op
+
+
+def _messages(payload: Any, created: float, left: _Left) -> list[tuple[Message, float]] | None:
+    """A session payload's messages with their times, or None if it cannot be read."""
+    try:
+        raw = json.loads(payload)
+    except (TypeError, ValueError):
+        return None
+    items = raw.get("messages") if isinstance(raw, dict) else None
+    if not isinstance(items or [], list):
+        return None
+    messages = []
+    for item in items or []:
+        message = _message(item, left) if isinstance(item, dict) else None
+        if message is not None:
+            messages.append((message, _epoch(item.get("created_at")) or created))
+    return messages
+
+
+def _message(raw: dict[str, Any], left: _Left) -> Message | None:
+    role = raw.get("role")
+    if role == "system":
+        left.system += 1
+        return None
+    if role not in (Role.USER.value, Role.ASSISTANT.value):
+        left.other += 1
+        return None
+    content = []
+    for block in raw.get("content") or []:
+        converted = _content(block) if isinstance(block, dict) else None
+        if converted is None:
+            left.other += 1
+            continue
+        if block.get("kind") == "image":
+            left.images += 1
+        content.append(converted)
+    return Message(role=Role(role), content=content) if content else None
+
+
+def _content(block: dict[str, Any]) -> Content | None:
+    kind = block.get("kind")
+    use, res = block.get("tool_use"), block.get("tool_result")
+    if kind == "text" and isinstance(block.get("text"), str) and block["text"]:
+        return Content.of_text(block["text"])
+    if kind == "tool_use" and isinstance(use, dict) and use.get("id") and use.get("name"):
+        given = use.get("input")
+        arguments = given if isinstance(given, dict) else {} if given is None else {"input": given}
+        return Content.of_tool_use(
+            ToolUse(id=str(use["id"]), name=str(use["name"]), input=arguments)
+        )
+    if kind == "tool_result" and isinstance(res, dict) and res.get("tool_use_id"):
+        return Content.of_tool_result(
+            ToolResult(
+                tool_use_id=str(res["tool_use_id"]),
+                content=str(res.get("output") or ""),
+                is_error=bool(res.get("is_error")),
+            )
+        )
+    if kind == "image":
+        image = block.get("image")
+        media = image.get("media_type") if isinstance(image, dict) else None
+        return Content.of_text(f"[{media or 'an image'} sent here was not imported]")
+    return None
+
+
+def _scope(jid: str) -> tuple[str, str, str | None]:
+    """Owner and chat of a sender's session, as the router records them, and the key under
+    which the chat continues it (WhatsApp only: the other transports' ids look alike)."""
+    user, at, server = jid.partition("@")
+    phone = user.split(":")[0]
+    if at and server == "s.whatsapp.net" and phone.isdigit():
+        chat = f"whatsapp:{phone}@{server}"
+        return f"whatsapp:{phone}", chat, chat
+    unknown = f"{UNKNOWN_OWNER}:{jid}"
+    return unknown, unknown, None
+
+
+def _epoch(value: Any) -> float | None:
+    """A Go time (RFC 3339, nanoseconds allowed) as epoch seconds; None for Go's zero time."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp() if moment.year > 1970 else None
+
+
+# -- cron jobs ------------------------------------------------------------------------------
+
+
+def _import_jobs(
+    jobs: CronJobs, rows: list[tuple[Any, ...]], timezone: str, result: GoImport
+) -> None:
+    existing: dict[str, CronJob] = {job.name: job for job in jobs.all_sync()}
+    for name, expr, prompt, deliver_to, enabled in rows:
+        name = str(name).strip()
+        target, why = go_target(str(deliver_to or ""))
+        if target is None:
+            result.skipped.append(f"cron job {name!r}: {why}")
+            continue
+        schedule = go_schedule(str(expr))
+        found = existing.get(name)
+        if found is not None:
+            if (found.schedule, found.prompt, found.deliver_to) == (schedule, prompt, target):
+                result.cron_present += 1
+            else:
+                result.skipped.append(f"cron job {name!r}: another job has that name here")
+            continue
+        try:
+            added = jobs.add_sync(
+                name, schedule, str(prompt), target, timezone=timezone, enabled=bool(enabled)
+            )
+        except CronError as exc:
+            result.skipped.append(f"cron job {name!r}: {exc}")
+            continue
+        existing[added.name] = added
+        result.cron_jobs += 1
+
+
+def go_target(recipient: str) -> tuple[str | None, str]:
+    """A rousseau-agent job's bare recipient as `transport:recipient`, or None and why not.
+
+    A WhatsApp JID keeps its server (the chat id rousseau's transport sends to) without the
+    device suffix; other shapes are placed only where just one transport uses them."""
+    text = recipient.strip()
+    if not text:
+        return None, "it has no delivery target"
+    user, at, server = text.partition("@")
+    if at and server in _WHATSAPP_SERVERS:
+        target = f"whatsapp:{user.split(':')[0]}@{server}"
+    elif text.startswith("!") or (text.startswith("@") and ":" in text):
+        target = f"matrix:{text}"
+    elif _IMESSAGE_GUID.match(text):
+        target = f"imessage:{text}"
+    elif text.startswith("group:"):
+        target = f"signal:{text}"
+    elif at:
+        target = f"email:{text}"
+    elif _SLACK_ID.match(text):
+        target = f"slack:{text}"
+    else:
+        try:
+            parse_target(text)
+        except TargetError:
+            return None, (
+                f"{text!r} could be on more than one transport; add the job again with "
+                f"rousseau cron add --deliver-to TRANSPORT:{text}"
+            )
+        return text, ""
+    try:
+        parse_target(target)
+    except TargetError as exc:
+        return None, str(exc)
+    return target, ""
+
+
+def go_schedule(expr: str) -> str:
+    """A robfig/cron expression in rousseau's schedule syntax: `TZ=` becomes `CRON_TZ=` and an
+    `@every` Go duration whole seconds (as robfig/cron rounds it). Anything else is kept."""
+    text = " ".join(expr.split())
+    if text.startswith("TZ="):
+        text = "CRON_" + text
+    zone, spec = ("", text)
+    if text.startswith("CRON_TZ="):
+        zone, _, spec = text.partition(" ")
+    if spec.startswith("@every "):
+        every = _every(spec.removeprefix("@every "))
+        if every is not None:
+            spec = f"@every {every}"
+    return f"{zone} {spec}" if zone else spec
+
+
+def _every(duration: str) -> str | None:
+    parts = _GO_DURATION.findall(duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        return None
+    seconds = max(1, int(sum(float(n) * _GO_UNITS[u] for n, u in parts)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join(f"{v}{u}" for v, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if v)
