@@ -6,6 +6,7 @@ Every mistake becomes a ConfigError naming the key path, e.g.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import types
@@ -731,12 +732,27 @@ def _describe(exc: ValidationError, file: Path | None, origins: dict[tuple[str, 
         loc = tuple(str(p) for p in err["loc"] if not str(p).startswith("function-"))
         loc = tuple(p for p in loc if p not in ("str", "int", "float", "bool"))
         path = ".".join(loc) or "(top level)"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = _unknown_key(loc) if err["type"] == "extra_forbidden" else err["msg"]
         msg = msg.removeprefix("Value error, ")
         var = next((v for k, v in origins.items() if loc[: len(k)] == k), None)
         lines.append(f"{path}: {msg}" + (f" (from {var})" if var else ""))
     prefix = f"{file}: " if file is not None else ""
     return prefix + "; ".join(lines)
+
+
+def _unknown_key(loc: tuple[str, ...]) -> str:
+    """"unknown key", with the nearest key of that section when one is close."""
+    model: type[BaseModel] | None = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:  # a list index or a mapping's own key: the model stays
+            continue
+        model = _model_of(field.annotation)
+    if model is None or not loc:
+        return "unknown key"
+    keys = [f.alias or name for name, f in model.model_fields.items() if name != "source"]
+    near = difflib.get_close_matches(loc[-1], keys, n=1, cutoff=0.6)
+    return f"unknown key; did you mean {near[0]}?" if near else "unknown key"
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

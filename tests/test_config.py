@@ -73,8 +73,15 @@ def test_unknown_key_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, "agent:\n  max_iteration: 3\ntelegramm: {}\n")
     with pytest.raises(ConfigError) as err:
         load_config(path, {})
-    assert "agent.max_iteration: unknown key" in str(err.value)
-    assert "telegramm: unknown key" in str(err.value)
+    assert "agent.max_iteration: unknown key; did you mean max_iterations?" in str(err.value)
+    assert "telegramm: unknown key; did you mean telegram?" in str(err.value)
+
+
+def test_an_unknown_key_far_from_any_gets_no_guess(tmp_path: Path) -> None:
+    path = write(tmp_path, "agent:\n  colour: blue\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, {})
+    assert str(err.value).endswith("agent.colour: unknown key")
 
 
 def test_nested_and_list_errors(tmp_path: Path) -> None:

@@ -105,4 +105,3 @@ async def _quiet_close(transport: Any) -> None:
         await transport.aclose()
     except Exception:  # closing after a failure: the failure is what the user must see
         pass
-
