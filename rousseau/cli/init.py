@@ -1,0 +1,588 @@
+"""`rousseau init`: a commented config file from a few questions, or from flags alone.
+
+What it writes is checked first: the model key with one real request, the Telegram token with
+getMe, and the owner is admitted by the first message they send the bot, so nobody has to look
+up a numeric id. The file is created 0600 and read back by the loader before it takes its
+place; an existing one is replaced only with --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rousseau.cli import common
+from rousseau.cli.common import close_provider, fail
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
+    from rousseau.transports.telegram import TelegramTransport
+
+PROVIDERS: dict[str, tuple[str, str | None]] = {
+    "anthropic": ("Claude through the Anthropic API", "ANTHROPIC_API_KEY"),
+    "openai": ("OpenAI, or an OpenAI-compatible server", "OPENAI_API_KEY"),
+    "openrouter": ("many vendors' models through OpenRouter", "OPENROUTER_API_KEY"),
+    "ollama": ("a local Ollama, no key needed", None),
+    "claudecli": ("the Claude Code CLI, signed in on this machine", None),
+}
+"""The providers `init` sets up: name, what it is, and the variable its key comes from."""
+
+CHECK_TIMEOUT = 20.0
+POLL_SECONDS = 25
+_UPDATES = ["message", "callback_query"]  # as the daemon asks: Telegram remembers the choice
+
+
+class Failed(Exception):
+    """Set-up cannot go on: one line for the user, and the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(kw_only=True, slots=True)
+class Answers:
+    """What the file will say."""
+
+    provider: str = ""
+    """The provider's name, a key of PROVIDERS."""
+    api_key: str = ""
+    """Its key; empty for providers that need none."""
+    model: str = ""
+    """The model; empty leaves the provider's default."""
+    base_url: str = ""
+    """The provider's API address; empty leaves its own."""
+    telegram_token: str = ""
+    """The bot token; empty means no transport."""
+    owners: list[str] = field(default_factory=list)
+    """Telegram user ids admitted, and asked about tool calls."""
+
+    def secrets(self) -> list[str]:
+        return [s for s in (self.api_key, self.telegram_token) if s]
+
+
+def init(args: argparse.Namespace) -> int:
+    from rousseau.config import config_path
+
+    path, _ = config_path(args.config, os.environ)
+    _mask(args, [])
+    try:
+        return _init(args, path)
+    except Failed as exc:
+        fail(str(exc))
+        return exc.code
+    except (KeyboardInterrupt, EOFError) as exc:
+        print(file=sys.stderr)  # the prompt's line is still open
+        fail("set-up cancelled; nothing written")
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+
+
+def _init(args: argparse.Namespace, path: Path) -> int:
+    if path.exists() and not args.force:
+        raise Failed(f"{path} already exists; pass --force to replace it")
+    if not args.yes and not sys.stdin.isatty():
+        raise Failed("no terminal to ask questions on; in scripts pass --yes and the flags", 2)
+    for owner in args.allow:
+        if not owner.isdigit():
+            raise Failed(f"--allow {owner!r}: a Telegram user id is a number, e.g. 42", 2)
+    if args.yes and args.allow and not _token_given(args):
+        raise Failed("--allow admits Telegram users: pass --telegram-token too", 2)
+    if args.yes and _token_given(args) and not args.allow:
+        raise Failed("--yes with a bot token needs --allow ID: nobody would be admitted", 2)
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not args.yes:
+        print(f"This writes {path}. Ctrl-C at any point leaves nothing behind.\n")
+    answers = Answers(model=args.model or "", base_url=args.base_url or "", owners=args.allow)
+    _provider(args, answers, _load("", folder), folder)
+    _telegram(args, answers, folder)
+    _install(render(answers), path, force=args.force)
+    _done(answers, path)
+    return 0
+
+
+# -- the model -----------------------------------------------------------------------------
+
+
+def _provider(args: argparse.Namespace, answers: Answers, env: Config, folder: Path) -> None:
+    """Choose the provider and its key, and prove they work with one request."""
+    name = args.provider
+    if not name:
+        found = _found(env)
+        name = _default_provider(env, found, required=args.yes)
+        if not args.yes:
+            name = _choose(name, found)
+    answers.provider = name
+    if answers.base_url and name == "claudecli":
+        raise Failed("--base-url: the Claude CLI has no API address to set", 2)
+    variable = PROVIDERS[name][1]
+    if variable is not None:
+        answers.api_key = args.api_key or (_env_key(env, name) if args.yes else _ask_key(name, env))
+        if not answers.api_key:
+            raise Failed(f"{name} needs an API key: set {variable} or pass --api-key", 2)
+    default_model = getattr(env, name).model
+    if not args.yes and not args.model and name != "claudecli":
+        answers.model = input(f"Model [{default_model}]: ").strip()
+    answers.model = answers.model or default_model
+    _mask(args, answers.secrets())
+    while not args.no_check:
+        try:
+            _check_provider(_load(render(answers), folder), name)
+        except Failed as exc:
+            if args.yes or variable is None:
+                raise
+            print(f"FAIL  {_masked(exc)}")
+            answers.api_key = _ask_key(name, None)
+            _mask(args, answers.secrets())
+            continue
+        print(f"ok    {name} answers" + (" with this key" if variable else ""))
+        return
+
+
+def _found(env: Config) -> dict[str, str]:
+    """The keyless providers present here: the Claude CLI on PATH, Ollama answering."""
+    import shutil
+
+    found = {}
+    binary = shutil.which(env.claudecli.binary)
+    if binary:
+        found["claudecli"] = binary
+    ollama = env.ollama.base_url or "http://localhost:11434/v1"
+    if _listening(ollama):
+        found["ollama"] = ollama
+    return found
+
+
+def _default_provider(env: Config, found: dict[str, str], *, required: bool) -> str:
+    """As `rousseau run` picks: a key in the environment, the Claude CLI, a local Ollama."""
+    if env.anthropic.api_key is not None:
+        return "anthropic"
+    if env.openai.api_key is not None:
+        return "openai"
+    for name in ("claudecli", "ollama"):
+        if name in found:
+            return name
+    if required:
+        raise Failed(
+            "no provider found: pass --provider, or set ANTHROPIC_API_KEY or OPENAI_API_KEY", 2
+        )
+    return "anthropic"
+
+
+def _choose(default: str, found: dict[str, str]) -> str:
+    names = list(PROVIDERS)
+    print("Model provider:")
+    for number, name in enumerate(names, 1):
+        seen = f" (found: {found[name]})" if name in found else ""
+        print(f"  {number}) {name:<11}{PROVIDERS[name][0]}{seen}")
+    while True:
+        answer = input(f"Choose [{default}]: ").strip().lower() or default
+        if answer.isdigit() and 1 <= int(answer) <= len(names):
+            return names[int(answer) - 1]
+        if answer in PROVIDERS:
+            return answer
+        print(f"  one of 1-{len(names)}, or a name: {', '.join(names)}")
+
+
+def _ask_key(name: str, env: Config | None) -> str:
+    import getpass
+
+    variable = PROVIDERS[name][1]
+    stored = _env_key(env, name) if env is not None else ""
+    hint = f"Enter: the one in {variable}" if stored else "input hidden"
+    while True:
+        key = getpass.getpass(f"{name} API key ({hint}): ").strip() or stored
+        if key:
+            return key
+
+
+def _env_key(env: Config | None, name: str) -> str:
+    secret = getattr(getattr(env, name, None), "api_key", None)
+    return str(secret.get_secret_value()) if secret is not None else ""
+
+
+def _check_provider(config: Config, name: str) -> None:
+    import anyio
+
+    from rousseau.agent import Message, Request, RousseauError
+    from rousseau.providers import build_provider
+
+    provider = build_provider(config, name)
+
+    async def check() -> None:
+        try:
+            with anyio.fail_after(CHECK_TIMEOUT):
+                probe = getattr(provider, "check", None)
+                if probe is not None:
+                    await probe()
+                else:
+                    request = Request(session_id="init", system="", messages=[Message.user("hi")])
+                    await provider.complete(request)
+        finally:
+            await close_provider(provider)
+
+    try:
+        anyio.run(check)
+    except TimeoutError:
+        raise Failed(f"{name}: no answer within {CHECK_TIMEOUT:.0f} s") from None
+    except RousseauError as exc:
+        raise Failed(str(exc)) from None
+
+
+def _listening(url: str) -> bool:
+    """Something accepts connections at `url`'s host and port (a quick look for Ollama)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=0.3):
+            return True
+    except OSError:
+        return False
+
+
+# -- Telegram and its owner ----------------------------------------------------------------
+
+
+def _token_given(args: argparse.Namespace) -> bool:
+    return bool(args.telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN"))
+
+
+def _telegram(args: argparse.Namespace, answers: Answers, folder: Path) -> None:
+    """The bot's token, checked with getMe, and who may talk to it."""
+    answers.telegram_token = args.telegram_token or ""
+    if args.yes:
+        answers.telegram_token = answers.telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")
+    elif not answers.telegram_token:
+        print("\nTelegram: ask @BotFather for a bot (/newbot) and copy the token it gives.")
+        if not _yes("Connect a Telegram bot?"):
+            if args.allow:
+                raise Failed("--allow admits Telegram users: it needs a bot", 2)
+            return
+        answers.telegram_token = _ask_token(os.environ.get("TELEGRAM_BOT_TOKEN", ""))
+    if not answers.telegram_token:
+        return
+    _mask(args, answers.secrets())
+    while not args.no_check:
+        try:
+            handle = _check_telegram(_load(render(answers), folder))
+        except Failed as exc:
+            if args.yes:
+                raise
+            print(f"FAIL  {_masked(exc)}")
+            answers.telegram_token = _ask_token("")
+            _mask(args, answers.secrets())
+            continue
+        print(f"ok    the token is {handle}'s")
+        break
+    if not answers.owners:
+        answers.owners = [_owner(_load(render(answers), folder), args.wait)]
+
+
+def _ask_token(stored: str) -> str:
+    import getpass
+
+    hint = "Enter: the one in TELEGRAM_BOT_TOKEN" if stored else "input hidden"
+    while True:
+        token = getpass.getpass(f"Bot token ({hint}): ").strip() or stored
+        if token:
+            return token
+
+
+def _bot(config: Config) -> TelegramTransport:
+    from rousseau.transports.telegram import TelegramTransport
+
+    section = config.telegram
+    assert section is not None and section.token is not None
+    return TelegramTransport(
+        section.token.get_secret_value(), base_url=section.base_url, poll_timeout=POLL_SECONDS
+    )
+
+
+def _check_telegram(config: Config) -> str:
+    import anyio
+
+    from rousseau.agent import RousseauError
+
+    transport = _bot(config)
+
+    async def check() -> str:
+        with anyio.fail_after(CHECK_TIMEOUT):
+            return await transport.check()
+
+    try:
+        return anyio.run(check)
+    except TimeoutError:
+        raise Failed(f"telegram: no answer within {CHECK_TIMEOUT:.0f} s") from None
+    except RousseauError as exc:
+        raise Failed(str(exc)) from None
+
+
+def _owner(config: Config, wait: float) -> str:
+    """The id of whoever sends the bot a private message now, once the user confirms it.
+
+    Messages the bot got before are skipped, and the chosen one is acknowledged: the daemon
+    answers neither.
+    """
+    import time
+
+    import anyio
+
+    deadline = time.monotonic() + wait
+    offset: int | None = None
+    while True:
+        remaining = deadline - time.monotonic()
+        found = anyio.run(_next_sender, config, offset, remaining) if remaining > 0 else None
+        if found is None:
+            raise Failed(
+                f"no message reached the bot within {wait:.0f} s; nothing written "
+                "(run it again, or pass --allow ID)"
+            )
+        offset, sender, user_id = found
+        print(f"\nMessage from {sender}.")
+        if _yes("Admit them as the owner?"):
+            anyio.run(_acknowledge, config, offset)
+            print(f"ok    {sender} is the owner")
+            return user_id
+        print("Not admitted. Waiting for another message...", flush=True)
+
+
+async def _next_sender(
+    config: Config, offset: int | None, wait: float
+) -> tuple[int, str, str] | None:
+    """The next private message within `wait` seconds: (offset past it, sender, sender's id).
+    Without an offset, what the bot got before now is skipped."""
+    import anyio
+    from telegram.error import RetryAfter
+
+    transport = _bot(config)
+    bot = transport.bot
+    async with _talking(transport):
+        await bot.initialize()
+        if offset is None:
+            await bot.delete_webhook()
+            earlier = await bot.get_updates(offset=-1, timeout=0, allowed_updates=_UPDATES)
+            offset = max((u.update_id + 1 for u in earlier), default=0)
+            print(f"\nNow send any message to @{bot.username} from your own Telegram account.")
+            print(f"Waiting up to {wait:.0f} s ...", flush=True)
+        with anyio.move_on_after(wait):
+            while True:
+                try:
+                    updates = await bot.get_updates(
+                        offset=offset, timeout=POLL_SECONDS, allowed_updates=_UPDATES
+                    )
+                except RetryAfter:
+                    await anyio.sleep(5)
+                    continue
+                for update in updates:
+                    offset = update.update_id + 1
+                    message = update.message
+                    user = message.from_user if message is not None else None
+                    if message is None or user is None or user.is_bot:
+                        continue
+                    if message.chat.type == "private":
+                        return offset, _who(user), str(user.id)
+    return None
+
+
+async def _acknowledge(config: Config, offset: int) -> None:
+    """Move the update offset to `offset`: Telegram forgets what came before it."""
+    transport = _bot(config)
+    async with _talking(transport):
+        await transport.bot.initialize()
+        await transport.bot.get_updates(offset=offset, timeout=0, allowed_updates=_UPDATES)
+
+
+@asynccontextmanager
+async def _talking(transport: TelegramTransport) -> AsyncIterator[None]:
+    """The SDK's errors as ours (the token masked); the bot's connections closed after."""
+    import anyio
+    from telegram.error import InvalidToken, TelegramError
+
+    from rousseau.agent import TransportAuthError, TransportError
+    from rousseau.transports.base import describe
+
+    try:
+        yield
+    except InvalidToken:
+        raise TransportAuthError(
+            "telegram.token: the bot token was rejected by the Bot API"
+        ) from None
+    except TelegramError as exc:
+        raise TransportError(f"telegram: {describe(exc, transport.bot.token)}") from None
+    finally:
+        with anyio.CancelScope(shield=True):
+            await transport.aclose()
+
+
+def _who(user: Any) -> str:
+    """`Ann Smith (@ann, id 42)`, printable: a name may carry terminal control codes."""
+    handle = f"@{user.username}, " if user.username else ""
+    text = f"{user.full_name} ({handle}id {user.id})"
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+# -- the file ------------------------------------------------------------------------------
+
+
+def render(answers: Answers) -> str:
+    """The config file's text, commented (strings as JSON, which YAML reads as they are)."""
+    name, q = answers.provider, json.dumps
+    lines = [
+        "# rousseau's configuration, written by `rousseau init`. Every key is optional; the",
+        "# configuration reference lists them all with their defaults. The file holds",
+        "# secrets: keep it private (mode 0600). `rousseau doctor` checks it.",
+        "",
+        "# The model backend: anthropic | openai | openrouter | ollama | bedrock | vertex |",
+        "# claudecli.",
+        f"provider: {name}",
+    ]
+    section = []
+    if answers.api_key:
+        section += [
+            f"  # The API key ({PROVIDERS[name][1]} is read only when this is unset).",
+            f"  api_key: {q(answers.api_key)}",
+        ]
+    if answers.model:
+        section.append(f"  model: {q(answers.model)}")
+    if answers.base_url:
+        section += [
+            "  # The API address, in place of the provider's own.",
+            f"  base_url: {q(answers.base_url)}",
+        ]
+    lines += [f"{name}:", *section] if section else [f"{name}: {{}}"]
+    if answers.telegram_token:
+        lines += _telegram_lines(answers)
+    return "\n".join(lines) + "\n"
+
+
+def _telegram_lines(answers: Answers) -> list[str]:
+    q = json.dumps
+    return [
+        "",
+        "telegram:",
+        "  # The bot's token from @BotFather (TELEGRAM_BOT_TOKEN is read only when this is",
+        "  # unset).",
+        f"  token: {q(answers.telegram_token)}",
+        "  # The Telegram user ids that may talk to the bot; everyone else is ignored.",
+        f"  allowlist: [{', '.join(answers.owners)}]",
+        "  # allowlist, or pairing (strangers get a code to `rousseau pair approve`), or open.",
+        "  policy: allowlist",
+        "",
+        "agent:",
+        "  approver:",
+        "    # Tool calls: read and grep run; any other call is put to the owners, who answer",
+        "    # in chat with `yes CODE` or `no CODE` (unanswered in 5 minutes: refused).",
+        "    mode: ask",
+        "    allow:",
+        "      - {tool: read}",
+        "      - {tool: grep}",
+        f"    owners: [{', '.join(q(f'telegram:{i}') for i in answers.owners)}]",
+    ]
+
+
+def _load(text: str, folder: Path) -> Config:
+    """`text` as the loader reads it, with the environment's variables over it."""
+    from rousseau.config import load_config
+
+    staged = _stage(text, folder)
+    try:
+        return load_config(str(staged))
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def _install(text: str, path: Path, *, force: bool) -> None:
+    """Write `text` to `path`: 0600 from its creation, read back by the loader, then moved
+    into place in one step."""
+    from rousseau.config import load_config
+
+    staged = _stage(text, path.parent)
+    try:
+        load_config(str(staged))
+        if force:
+            os.replace(staged, path)
+        else:
+            try:
+                os.link(staged, path)  # unlike a rename, fails if a file appeared meanwhile
+            except FileExistsError:
+                raise Failed(f"{path} already exists; pass --force to replace it") from None
+            except OSError:  # a file system without hard links
+                if path.exists():
+                    raise Failed(f"{path} already exists; pass --force to replace it") from None
+                os.replace(staged, path)
+        _sync(path.parent)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def _stage(text: str, folder: Path) -> Path:
+    """A new file in `folder` (so moving it is atomic) holding `text`, for its owner only."""
+    import secrets
+
+    staged = folder / f".rousseau-init-{secrets.token_hex(6)}.yaml"
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        os.fchmod(fd, 0o600)  # exactly that, whatever the umask
+        out.write(text)
+        out.flush()
+        os.fsync(fd)
+    return staged
+
+
+def _sync(folder: Path) -> None:
+    """Make the new directory entry durable (best effort)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- the terminal --------------------------------------------------------------------------
+
+
+def _yes(question: str) -> bool:
+    while True:
+        answer = input(f"{question} [Y/n] ").strip().lower()
+        if answer in ("", "y", "yes"):
+            return True
+        if answer in ("n", "no"):
+            return False
+
+
+def _masked(exc: Exception) -> str:
+    return common.redactor.redact(str(exc)) if common.redactor else "(details hidden)"
+
+
+def _mask(args: argparse.Namespace, secrets: list[str]) -> None:
+    """Failures printed from here on, and log lines, mask these secrets."""
+    from rousseau.log import configure_logging
+
+    level = "debug" if args.debug else "error"  # what goes wrong is said in one line
+    common.redactor = configure_logging(level, "text", secrets)
+
+
+def _done(answers: Answers, path: Path) -> None:
+    from rousseau.config import DEFAULT_PATH
+
+    print(f"\nwrote {path} (mode 0600)")
+    print(f"  provider  {answers.provider} {answers.model}".rstrip())
+    if answers.telegram_token:
+        print(f"  telegram  allowlist and approval owners: {', '.join(answers.owners)}")
+    named = "" if path == Path(DEFAULT_PATH).expanduser() else f" --config {path}"
+    print(f"Next: rousseau{named} {'run' if answers.telegram_token else 'chat'}")
