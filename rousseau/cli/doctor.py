@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import re
+import socket
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rousseau.cli.common import close_provider, load
@@ -12,31 +14,186 @@ if TYPE_CHECKING:
     from rousseau.config import Config
 
 
+# What a sender id looks like where a platform's ids have one shape (the allowlist holds
+# senders: a username or a phone number where a number id belongs admits nobody).
+SENDER_SHAPES = {
+    "telegram": (re.compile(r"^\d+$"), "a number such as 123456789, not a @username"),
+    "slack": (re.compile(r"^[UW][A-Z0-9]{2,}$"), "a member id such as U0123ABCD"),
+    "discord": (re.compile(r"^\d{15,}$"), "a user id (a long number), not a name"),
+    "matrix": (re.compile(r"^@[^:\s]+:\S+$"), "a user id such as @you:example.org"),
+    "whatsapp": (re.compile(r"^\d{5,}(@[\w.]+)?$"), "a phone number in digits, no +"),
+    "signal": (
+        re.compile(r"^(\+\d{5,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$"),
+        "+15551234567 or an account uuid",
+    ),
+}
+
+
+class Report:
+    """The doctor's lines: ok, note (worth knowing, not a failure), FAIL, and fixed; every
+    line masked, so no secret is printed, not even inside an SDK's error text."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def __call__(self, ok: bool, what: str, detail: str) -> None:
+        self.line("ok" if ok else "FAIL", what, detail)
+
+    def note(self, what: str, detail: str) -> None:
+        self.line("note", what, detail)
+
+    def fixed(self, what: str, detail: str) -> None:
+        self.line("fix", what, detail)
+
+    def line(self, tag: str, what: str, detail: str) -> None:
+        from rousseau.cli import common
+        from rousseau.log import Redactor
+
+        self.failed = self.failed or tag == "FAIL"
+        detail = (common.redactor or Redactor()).redact(" ".join(detail.split()))
+        print(f"{tag:<4}  {what:<10} {detail}")
+
+
 def doctor(args: argparse.Namespace) -> int:
     from rousseau.agent import RousseauError
 
-    failed = False
-
-    def report(ok: bool, what: str, detail: str) -> None:
-        nonlocal failed
-        failed = failed or not ok
-        print(f"{'ok  ' if ok else 'FAIL'}  {what:<10} {detail}")
-
+    report = Report()
     try:
         config = load(args)
     except RousseauError as exc:
         report(False, "config", str(exc))
         return 1
     report(True, "config", config.source or "no file; defaults and environment")
+    _doctor_config_file(config, report, fix=args.fix)
+    _doctor_folders(config, report, fix=args.fix)
     _doctor_store(config, report)
-    _doctor_workspace(config, report)
+    _doctor_daemon(config, report)
     _doctor_sandbox(config, report)
+    _doctor_bash(config, report)
+    _doctor_access(config, report)
     _doctor_provider(config, report)
     _doctor_transports(config, report)
-    return 1 if failed else 0
+    return 1 if report.failed else 0
 
 
-def _doctor_sandbox(config: Config, report: Callable[[bool, str, str], None]) -> None:
+def _doctor_config_file(config: Config, report: Report, *, fix: bool) -> None:
+    """A config file holding secrets must be readable by its owner alone."""
+    if not config.source:
+        return
+    path = Path(config.source)
+    mode = path.stat().st_mode & 0o777
+    if not mode & 0o077:
+        return
+    text = path.read_text(errors="replace")
+    if not any(secret in text for secret in config.secrets()):
+        report.note("config", f"{path} is readable by others (mode {mode:o}); it holds no secret")
+        return
+    if fix:
+        path.chmod(0o600)
+        report.fixed("config", f"{path}: mode {mode:o} -> 600 (it holds secrets)")
+        return
+    report(
+        False,
+        "config",
+        f"{path} holds secrets and others can read it (mode {mode:o}):"
+        f" chmod 600 {path} (or rousseau doctor --fix)",
+    )
+
+
+def _doctor_folders(config: Config, report: Report, *, fix: bool) -> None:
+    """The state and workspace folders exist (made with --fix, private to this user): the
+    daemon makes them at first use, but a service's ReadWritePaths= must exist to start."""
+    for what, folder in (
+        ("state", Path(config.state.path).expanduser().parent),
+        ("workspace", Path(config.agent.workspace).expanduser()),
+    ):
+        if folder.is_dir():
+            continue
+        if folder.exists():
+            report(False, what, f"{folder} is not a folder")
+        elif fix:
+            try:
+                folder.mkdir(mode=0o700, parents=True)
+                report.fixed(what, f"made {folder}")
+            except OSError as exc:
+                report(False, what, f"cannot make {folder}: {exc.strerror}")
+        else:  # made at first use, but a service's sandbox needs it there beforehand
+            report.note(what, f"{folder} does not exist yet (rousseau doctor --fix makes it)")
+
+
+def _doctor_daemon(config: Config, report: Report) -> None:
+    """A running daemon, and whether the health port is free for one to start."""
+    from rousseau.state.lock import running
+
+    info = running(config.state.path)
+    if info is not None:
+        report.note(
+            "daemon",
+            f"running on this database (pid {info.pid}); another `rousseau run` on it"
+            " would exit at once",
+        )
+        return
+    if config.health is None:
+        return
+    host, _, port = config.health.listen.rpartition(":")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host.strip("[]") or "127.0.0.1", int(port)))
+        report(True, "health", f"{config.health.listen} is free")
+    except OSError as exc:
+        report(False, "health", f"health.listen {config.health.listen}: {exc.strerror or exc}")
+
+
+def _doctor_bash(config: Config, report: Report) -> None:
+    """bash that may run with no sandbox reaches whatever this user can."""
+    approver = config.agent.approver
+    if approver is None or config.agent.sandbox != "none":
+        return
+    rules = [*approver.allow, *(r for r in approver.rules if r.action == "allow")]
+    allowed = (
+        approver.mode == "allow_all"
+        or approver.default == "allow"
+        or any(r.tool in ("bash", "*") for r in rules)
+    )
+    if allowed:
+        report.note(
+            "bash",
+            "allowed with no sandbox: it can read and change whatever this user can"
+            " (agent.sandbox: bwrap keeps it in the workspace)",
+        )
+
+
+def _doctor_access(config: Config, report: Report) -> None:
+    """Someone can talk to each transport, and its allowlist ids have the platform's shape."""
+    from rousseau.transports import TRANSPORTS
+
+    for name in TRANSPORTS:
+        section = getattr(config, name, None)
+        if section is None:
+            continue
+        policy = getattr(section, "policy", "allowlist")
+        allowlist = list(getattr(section, "allowlist", []))
+        if policy == "allowlist" and not allowlist:
+            report(
+                False,
+                name,
+                f"nobody can talk to the bot: {name}.allowlist is empty; run `rousseau init`"
+                f" or add your id (the log names each stranger's id: router.ignored_sender)",
+            )
+            continue
+        shape = SENDER_SHAPES.get(name)
+        if shape is None:
+            continue
+        pattern, example = shape
+        wrong = [sender for sender in allowlist if not pattern.match(sender)]
+        if wrong:
+            shown = ", ".join(repr(w) for w in wrong[:3])
+            report(False, name, f"{name}.allowlist: {shown} cannot match: an id is {example}")
+
+
+def _doctor_sandbox(config: Config, report: Report) -> None:
     from pathlib import Path
 
     from rousseau.app import build_sandbox
@@ -53,7 +210,7 @@ def _doctor_sandbox(config: Config, report: Callable[[bool, str, str], None]) ->
         report(False, "sandbox", str(exc))
 
 
-def _doctor_transports(config: Config, report: Callable[[bool, str, str], None]) -> None:
+def _doctor_transports(config: Config, report: Report) -> None:
     """One harmless call per configured transport, proving its credentials work."""
     import anyio
 
@@ -84,10 +241,12 @@ def _doctor_transports(config: Config, report: Callable[[bool, str, str], None])
             report(False, name, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
 
-def _doctor_store(config: Config, report: Callable[[bool, str, str], None]) -> None:
+def _doctor_store(config: Config, report: Report) -> None:
     from rousseau.agent import RousseauError
     from rousseau.state import Store
 
+    if not Path(config.state.path).expanduser().parent.is_dir():
+        return  # said above; opening the store would make the folder
     try:
         with Store(config.state.path) as store:
             store.check_writable_sync()
@@ -96,20 +255,7 @@ def _doctor_store(config: Config, report: Callable[[bool, str, str], None]) -> N
         report(False, "store", str(exc))
 
 
-def _doctor_workspace(config: Config, report: Callable[[bool, str, str], None]) -> None:
-    import os
-    from pathlib import Path
-
-    path = Path(config.agent.workspace).expanduser()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        ok = os.access(path, os.W_OK)
-        report(ok, "workspace", f"{path}" + ("" if ok else " is not writable"))
-    except OSError as exc:
-        report(False, "workspace", f"{path}: {exc.strerror}")
-
-
-def _doctor_provider(config: Config, report: Callable[[bool, str, str], None]) -> None:
+def _doctor_provider(config: Config, report: Report) -> None:
     import anyio
 
     from rousseau.agent import RousseauError
