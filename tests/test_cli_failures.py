@@ -40,8 +40,10 @@ COMMANDS = [
     ["doctor"],
     ["send", "telegram:42", "hi"],
     ["mcp"],
+    ["import-go", "go-sessions.db"],
+    ["service", "install", "--dry-run"],
 ]  # fmt: skip
-STORE_COMMANDS = [c for c in COMMANDS if c[0] not in ("skills",)]
+STORE_COMMANDS = [c for c in COMMANDS if c[0] not in ("skills", "service")]
 REPORTS = {"doctor"}
 """Commands whose output is a report of several lines (still no traceback, no secret)."""
 
