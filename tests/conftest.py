@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio.from_thread  # imported here on purpose: see below
 import anyio.to_thread  # noqa: F401 - likewise
 import pytest
+import structlog
 
 from tests.fakes.llm import FakeLLMServer
 from tests.helpers import unavailable
@@ -77,3 +78,11 @@ def dovecot() -> Iterator[Dovecot]:
     yield server
     server.stop()
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_found() -> Iterator[None]:
+    """A test that sets up logging (to capsys' stream, say) leaves no trace for the next one
+    on this worker: logs to a closed capture would fail every later log call."""
+    yield
+    structlog.reset_defaults()

@@ -10,7 +10,6 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,9 @@ from rousseau.config import load_config
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.fakes.telegram import BOT_USERNAME, FakeTelegram
 from tests.helpers import ROUSSEAU, free_port
+from tests.test_daemon import telegram
+
+__all__ = ["telegram"]  # a fixture
 
 KEY = "sk-init-test-0123456789abcdefXYZ"
 OWNER = 4242
@@ -99,13 +101,6 @@ def private_message(
     }
     telegram.deliver(update)
     return update
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegram]:
-    fake = FakeTelegram().start()
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture

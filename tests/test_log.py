@@ -40,7 +40,6 @@ def test_configured_logging_writes_redacted_json(capsys: pytest.CaptureFixture[s
     record = json.loads(line)
     assert record["event"] == "provider.called" and record["key"] == MASK
     assert record["level"] == "info" and "timestamp" in record
-    structlog.reset_defaults()
 
 
 def test_text_logs_show_durations_and_times_for_people(capsys: pytest.CaptureFixture[str]) -> None:

@@ -79,12 +79,14 @@ def test_doctor_run_and_email_alone(
                     "auth_token": AUTH_TOKEN,
                     "from": "+15550000000",
                     "base_url": twilio.url,
+                    "allowlist": ["+15551230002"],
                 },
                 "state": {"path": str(tmp_path / "s.db")},
                 "agent": {"workspace": str(tmp_path / "ws")},
             }
         )
     )
+    config.chmod(0o600)  # it holds secrets: doctor would say so
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     try:
         doctor = subprocess.run(

@@ -47,6 +47,7 @@ def test_run_serves_every_configured_transport(tmp_path: Path, fake_llm: FakeLLM
             }
         )
     )
+    config.chmod(0o600)  # it holds secrets: doctor would say so
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     doctor = subprocess.run(
         [*ROUSSEAU, "--config", str(config), "doctor"], env=env, capture_output=True, text=True
