@@ -90,7 +90,9 @@ ProviderName = Literal[
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_attribute_docstrings=True)
+    # The string under each field documents it (docgen reads those from the source: having
+    # pydantic read them too, at every start, would cost a fifth of this module's import).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 # -- providers ------------------------------------------------------------------------------
@@ -741,7 +743,7 @@ def _describe(exc: ValidationError, file: Path | None, origins: dict[tuple[str, 
 
 
 def _unknown_key(loc: tuple[str, ...]) -> str:
-    """"unknown key", with the nearest key of that section when one is close."""
+    """The words "unknown key", with the nearest key of its section when one is close."""
     model: type[BaseModel] | None = Config
     for part in loc[:-1]:
         field = model.model_fields.get(part) if model is not None else None

@@ -6,6 +6,11 @@ description is an error there and in the tests.
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import itertools
+import textwrap
 import types
 import typing
 from collections.abc import Iterator
@@ -71,15 +76,50 @@ def keys(
     model: type[BaseModel] | None = None, prefix: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], FieldInfo]]:
     """Every key of the model (default: the whole Config), depth first, as (path, field)."""
-    for name, field in (model or Config).model_fields.items():
+    for path, field, _ in _documented(model or Config, prefix):
+        yield path, field
+
+
+def _documented(
+    model: type[BaseModel], prefix: tuple[str, ...]
+) -> Iterator[tuple[tuple[str, ...], FieldInfo, str]]:
+    """(path, field, description) of every key, depth first."""
+    docs = attribute_docstrings(model)
+    for name, field in model.model_fields.items():
         if field.exclude:
             continue
         path = (*prefix, field.alias or name)
-        yield path, field
+        yield path, field, field.description or docs.get(name, "")
         nested = _models(field.annotation)
         if nested:
             inner = (*path, "NAME") if typing.get_origin(field.annotation) is dict else path
-            yield from keys(nested[0], inner)
+            yield from _documented(nested[0], inner)
+
+
+@functools.cache
+def attribute_docstrings(model: type) -> dict[str, str]:
+    """The string under each field of a class and its bases, read from their source here
+    rather than by pydantic at every start (use_attribute_docstrings costs the daemon's
+    start-up a fifth of its config import)."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not issubclass(cls, BaseModel) or cls is BaseModel:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError):  # no source (built at run time): nothing to read
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for first, second in itertools.pairwise(body):
+            if (
+                isinstance(first, ast.AnnAssign)
+                and isinstance(first.target, ast.Name)
+                and isinstance(second, ast.Expr)
+                and isinstance(second.value, ast.Constant)
+                and isinstance(second.value.value, str)
+            ):
+                found[first.target.id] = inspect.cleandoc(second.value.value)
+    return found
 
 
 def _env(path: tuple[str, ...]) -> str:
@@ -93,11 +133,11 @@ def _env(path: tuple[str, ...]) -> str:
 def config_reference() -> str:
     """Markdown tables of every key: type, default, environment variables, description."""
     sections: dict[str, list[str]] = {}
-    for path, field in keys():
-        if not field.description:
+    for path, field, description in _documented(Config, ()):
+        if not description:
             raise UndocumentedKey(f"config key {'.'.join(path)} has no description")
         if len(path) == 1 and _models(field.annotation):
-            sections.setdefault(path[0], []).insert(0, field.description)
+            sections.setdefault(path[0], []).insert(0, description)
             continue
         top = path[0] if len(path) > 1 else "(top level)"
         kind = _type(field.annotation)
@@ -105,7 +145,7 @@ def config_reference() -> str:
             kind = "duration" + (" or null" if "null" in kind else "")
         row = (
             f"| `{'.'.join(path[1:]) if len(path) > 1 else path[0]}` | {kind}"
-            f" | {_default(field)} | {_env(path)} | {' '.join(field.description.split())} |"
+            f" | {_default(field)} | {_env(path)} | {' '.join(description.split())} |"
         )
         sections.setdefault(top, []).append(row)
     out: list[str] = []

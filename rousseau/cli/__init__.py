@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -321,6 +322,10 @@ def _global_options_anywhere(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # pydantic looks for plugins in the entry points of every installed package when it
+    # builds its first validator; the command line uses none, and the scan is a tenth of
+    # the daemon's start. (The library leaves it to its users.)
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     debug = False
     try:
         parser = build_parser()
@@ -387,8 +392,6 @@ def _first_cause(exc: BaseException) -> BaseException:
 
 def _mute_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
-    import os
-
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
@@ -396,7 +399,6 @@ def _mute_stdout() -> None:
 
 def _keep_traceback(exc: BaseException) -> str:
     """Write the full traceback (secrets masked) where the user can find it; its path."""
-    import os
     import tempfile
     import time
     import traceback
