@@ -247,10 +247,14 @@ def test_history_survives_a_restart(
     assert history == ["my name is Ada", "echo: my name is Ada", "what is my name?"]
 
 
-def test_sigterm_exits_zero_within_the_grace_period(daemon: Daemon, telegram: FakeTelegram) -> None:
+def test_sigterm_exits_zero_within_the_grace_period(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
     daemon.start()
     telegram.push("slow1 finish me first")
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not llm.posts() and time.monotonic() < deadline:  # the turn is in flight
+        time.sleep(0.05)
     started = time.monotonic()
     assert daemon.stop(signal.SIGTERM, timeout=15) == 0
     assert time.monotonic() - started < 10

@@ -162,7 +162,16 @@ async def test_long_reply_is_split_with_nothing_lost(harness: Harness, tmp_path:
     assert all(len(FENCE.findall(p)) % 2 == 0 for p in parts)
 
 
+def can(harness: Harness, action: str) -> None:
+    """Skip, before any daemon starts, where the harness cannot do `action` (a skip raised
+    inside the daemon's task group arrives wrapped in an exception group)."""
+    reason = getattr(harness, "cannot", {}).get(action)
+    if reason:
+        pytest.skip(reason)
+
+
 async def test_duplicate_delivery_is_answered_once(harness: Harness, tmp_path: Path) -> None:
+    can(harness, "redeliver_last")
     async with daemon(harness, tmp_path) as (_, provider):
         await act(harness.dm, "once only")
         await act(harness.redeliver_last)
@@ -181,6 +190,7 @@ async def test_own_messages_are_ignored(harness: Harness, tmp_path: Path) -> Non
 
 
 async def test_survives_a_dropped_connection(harness: Harness, tmp_path: Path) -> None:
+    can(harness, "drop_connection")
     async with daemon(harness, tmp_path):
         await act(harness.drop_connection)
         await anyio.sleep(0.2)

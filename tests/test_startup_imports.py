@@ -1,0 +1,67 @@
+"""What the daemon imports before its first poll stays what the first poll needs: no provider
+SDK (built in a thread while the transports start), no other transport's SDK, nothing only
+the command line or the web needs. A new import here fails this test on purpose."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BUILD_DAEMON = """
+import json, sys
+from rousseau.config import load_config
+from rousseau.daemon import Daemon
+Daemon(load_config(sys.argv[1]))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+OURS = {
+    "rousseau", "rousseau.agent", "rousseau.agent.approval", "rousseau.agent.compress",
+    "rousseau.agent.errors", "rousseau.agent.loop", "rousseau.agent.protocols",
+    "rousseau.agent.repair", "rousseau.agent.types", "rousseau.app", "rousseau.approvals",
+    "rousseau.backoff", "rousseau.config", "rousseau.config_go", "rousseau.cron",
+    "rousseau.cron.jobs", "rousseau.cron.schedule", "rousseau.cron.scheduler",
+    "rousseau.cron.targets", "rousseau.cron.tool", "rousseau.daemon", "rousseau.delivery",
+    "rousseau.mcp", "rousseau.mcp.client", "rousseau.metrics", "rousseau.policy",
+    "rousseau.providers", "rousseau.providers.lazy", "rousseau.router", "rousseau.state",
+    "rousseau.state.daemon_state", "rousseau.state.lock", "rousseau.state.migrations",
+    "rousseau.state.store", "rousseau.state.worker", "rousseau.tools", "rousseau.tools.base",
+    "rousseau.tools.bash", "rousseau.tools.edit", "rousseau.tools.fs", "rousseau.tools.grep",
+    "rousseau.tools.hardening", "rousseau.tools.read", "rousseau.tools.sandbox",
+    "rousseau.tools.write", "rousseau.transports", "rousseau.transports.base",
+    "rousseau.transports.split", "rousseau.transports.telegram",
+    "rousseau.transports.telegram_http",
+}  # fmt: skip
+NOT_YET = {
+    "openai", "anthropic", "boto3", "botocore", "google", "slack_sdk", "slack_bolt",
+    "discord", "nio", "neonize", "mcp", "psycopg", "playwright", "starlette", "uvicorn",
+    "bashlex", "sqlite_utils",
+}  # fmt: skip
+"""Top-level packages the first poll of a Telegram daemon on OpenAI never needs."""
+
+
+def test_the_daemon_imports_only_what_its_first_poll_needs(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "provider": "openai",
+                "openai": {"api_key": "sk-test-0123456789abcdef"},
+                "telegram": {"token": "123456:TEST-token", "allowlist": [1]},
+                "state": {"path": str(tmp_path / "s.db")},
+                "health": {"listen": "127.0.0.1:9090"},
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", BUILD_DAEMON, str(config)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    loaded = set(json.loads(out))
+    assert {m for m in loaded if m.startswith("rousseau")} == OURS
+    assert {m.split(".")[0] for m in loaded} & NOT_YET == set()
