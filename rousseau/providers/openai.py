@@ -24,6 +24,7 @@ from rousseau.providers.errors import connection_error, error_message, status_er
 
 try:
     import openai
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the openai provider", "openai") from exc
 
@@ -60,9 +61,15 @@ class OpenAIProvider:
             timeout=timeout,
         )
 
+    # Requests go through the SDK's own `post` (its client, retries, auth and parsing) with
+    # the JSON body built here: `chat.completions.create` would first rewrite every request
+    # against its typed parameters, 3-12 ms of CPU per call, growing with the session.
+
     async def complete(self, request: Request) -> Response:
         try:
-            reply = await self._client.chat.completions.create(**self._params(request))
+            reply = await self._client.post(
+                "/chat/completions", cast_to=ChatCompletion, body=self._params(request)
+            )
         except openai.APIError as exc:
             raise self._translate(exc) from exc
         if not reply.choices:
@@ -82,7 +89,13 @@ class OpenAIProvider:
         params["stream_options"] = {"include_usage": True}
         acc = _Accumulator()
         try:
-            stream = await self._client.chat.completions.create(**params)
+            stream = await self._client.post(
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                body=params,
+                stream=True,
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+            )
             try:
                 async for chunk in stream:
                     if chunk.usage is not None:
