@@ -14,6 +14,8 @@ import json
 import re
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -65,6 +67,11 @@ class FakeTelegram:
         self.drop_polls = 0
         """Answer this many getUpdates calls with 502, as a proxy in front of a dying link."""
         self.calls: list[str] = []
+        self.first_called: dict[str, float] = {}
+        """When each method was first called (time.monotonic()), to time a start-up."""
+        self.on_sent: Callable[[Sent], None] | None = None
+        """Called with each message the bot sends once it is recorded, in the server's thread."""
+        self.call_counts: Counter[str] = Counter()
         self.pushed_at: dict[str, float] = {}
         self._cond = threading.Condition()
         self._update_ids = itertools.count(1000)
@@ -221,6 +228,8 @@ class FakeTelegram:
         prefix = f"/bot{self.token}/"
         method = path.rsplit("/", 1)[-1]
         self.calls.append(method)
+        self.first_called.setdefault(method, time.monotonic())
+        self.call_counts[method] += 1
         if not path.startswith(prefix):
             self._reply(
                 handler, 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
@@ -235,7 +244,11 @@ class FakeTelegram:
         self._reply(handler, status, result)
 
     def _control(self, handler: BaseHTTPRequestHandler, path: str, raw: bytes) -> None:
-        """For load runs in another process: push many messages, read what came back."""
+        """For load runs in another process: push many messages, read what came back.
+
+        /control/stats is polled often during a run, so it answers in constant time; the
+        latencies (one per reply, from `since` on) are a separate, larger read.
+        """
         if path == "/control/push":
             now = time.time()
             for m in json.loads(raw)["messages"]:
@@ -243,17 +256,16 @@ class FakeTelegram:
                 self.push(m["text"], chat_id=m["chat_id"], user_id=m["user_id"])
             self._reply(handler, 200, {"ok": True})
             return
-        latencies = [
-            (s.at - self.pushed_at[s.text[6:]]) * 1000
-            for s in self.sent
-            if s.text.startswith("echo: ") and s.text[6:] in self.pushed_at
-        ]
-        calls: dict[str, int] = {}
-        for method in self.calls:
-            calls[method] = calls.get(method, 0) + 1
-        self._reply(
-            handler, 200, {"sent": len(self.sent), "latencies_ms": latencies, "calls": calls}
-        )
+        if path == "/control/latencies":
+            since = int(parse_qs(handler.path.partition("?")[2]).get("since", ["0"])[0])
+            latencies = [
+                (s.at - self.pushed_at[s.text[6:]]) * 1000
+                for s in self.sent[since:]
+                if s.text.startswith("echo: ") and s.text[6:] in self.pushed_at
+            ]
+            self._reply(handler, 200, {"latencies_ms": latencies})
+            return
+        self._reply(handler, 200, {"sent": len(self.sent), "calls": dict(self.call_counts)})
 
     def _params(self, handler: BaseHTTPRequestHandler, raw: bytes) -> dict[str, Any]:
         kind = handler.headers.get("content-type", "")
@@ -298,6 +310,7 @@ class FakeTelegram:
             return 502, {"ok": False, "error_code": 502, "description": "Bad Gateway"}
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
+        limit = min(100, max(1, int(params.get("limit") or 100)))
         self.offsets.append(offset)
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -305,7 +318,7 @@ class FakeTelegram:
             self.updates = [u for u in self.updates if u["update_id"] >= offset]
             while not self.updates and time.monotonic() < deadline:
                 self._cond.wait(min(0.5, max(0.0, deadline - time.monotonic())))
-            batch = list(self.updates[:100])
+            batch = list(self.updates[:limit])
         return 200, {"ok": True, "result": batch}
 
     def _api_sendMessage(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -329,7 +342,10 @@ class FakeTelegram:
                 "description": f"Too Many Requests: retry after {int(wait) + 1}",
                 "parameters": {"retry_after": int(wait) + 1},
             }
-        self.sent.append(Sent(chat_id=chat_id, text=str(params["text"]), params=params))
+        sent = Sent(chat_id=chat_id, text=str(params["text"]), params=params)
+        self.sent.append(sent)
+        if self.on_sent is not None:
+            self.on_sent(sent)
         return 200, {
             "ok": True,
             "result": {
