@@ -33,7 +33,6 @@ from rousseau.metrics import LagProbe, Metrics
 from rousseau.policy import ChatPolicy, RateLimiter
 from rousseau.policy import chat_policies as configured_policies
 from rousseau.providers import build_provider, detect_provider
-from rousseau.providers.lazy import LazyProvider
 from rousseau.router import Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
@@ -132,12 +131,9 @@ class Daemon:
                     provider, name, why = self.provider, self.provider.name, "given by the caller"
                 else:
                     name, why = await anyio.to_thread.run_sync(detect_provider, config)
-                    # Built (its SDK imported) while the transports start, not before.
-                    lazy = LazyProvider(
-                        name, functools.partial(build_provider, config, name, store=store)
+                    provider = await anyio.to_thread.run_sync(
+                        functools.partial(build_provider, config, name, store=store)
                     )
-                    probes.start_soon(_built, lazy)
-                    provider = lazy
                 log.info(
                     "daemon.starting",
                     provider=name,
@@ -407,12 +403,6 @@ class Daemon:
                 await _respond(stream, 200, "text/plain; version=0.0.4", self.metrics.render())
             else:
                 await _respond(stream, 404, "text/plain", b"not found\n")
-
-
-async def _built(provider: LazyProvider) -> None:
-    """Build the provider; one that cannot be built (a missing key, a missing extra) stops
-    the daemon with that error, as it would have before anything started."""
-    await provider.get()
 
 
 async def _listen(listen: str) -> MultiListener[SocketStream]:
