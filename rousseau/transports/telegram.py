@@ -35,6 +35,9 @@ log = structlog.get_logger("rousseau.telegram")
 
 MAX_LENGTH = 4096
 POLL_TIMEOUT = 25
+POLL_LIMIT = 20
+"""Updates asked for per poll. The SDK parses a whole batch in one go on the event loop (about
+a quarter of a millisecond per update), so a full batch of 100 would hold it for 25+ ms."""
 _GROUPS = ("group", "supergroup")
 
 
@@ -103,6 +106,7 @@ class TelegramTransport:
                 (u.update_id, u)
                 for u in await self.bot.get_updates(
                     offset=self._offset,
+                    limit=POLL_LIMIT,
                     timeout=self.poll_timeout,
                     allowed_updates=["message", "callback_query"],
                 )
