@@ -398,6 +398,13 @@ class HealthConfig(Section):
             raise ValueError(f"{listen!r}: an IPv6 host goes in brackets, e.g. [::1]:9090")
         return listen
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """The host to bind (an IPv6 host without its brackets; 127.0.0.1 when left empty)
+        and the port."""
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
 
 # -- transports -----------------------------------------------------------------------------
 

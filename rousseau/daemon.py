@@ -26,7 +26,7 @@ from rousseau.agent import ConfigError, Provider, TransportAuthError
 from rousseau.app import build_agent, build_approver, build_registry
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.backoff import backoff
-from rousseau.config import Config, parse_rate
+from rousseau.config import Config, HealthConfig, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
 from rousseau.metrics import LagProbe, Metrics
@@ -107,7 +107,7 @@ class Daemon:
             stack.callback(lock.release)
             listener = None
             if config.health is not None:
-                listener = await stack.enter_async_context(await _listen(config.health.listen))
+                listener = await stack.enter_async_context(await _listen(config.health))
             await self._run(lock, listener)
         log.info("daemon.stopped")
         return 0
@@ -405,16 +405,14 @@ class Daemon:
                 await _respond(stream, 404, "text/plain", b"not found\n")
 
 
-async def _listen(listen: str) -> MultiListener[SocketStream]:
-    host, _, port = listen.rpartition(":")
+async def _listen(health: HealthConfig) -> MultiListener[SocketStream]:
+    host, port = health.address
     try:
-        listener = await anyio.create_tcp_listener(
-            local_host=host.strip("[]") or "127.0.0.1", local_port=int(port)
-        )
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     except OSError as exc:  # taken, or an address this machine does not have
         reason = exc.strerror or str(exc)
-        raise ConfigError(f"health.listen: cannot listen on {listen}: {reason}") from None
-    log.info("daemon.health", listen=listen)
+        raise ConfigError(f"health.listen: cannot listen on {health.listen}: {reason}") from None
+    log.info("daemon.health", listen=health.listen)
     return listener
 
 

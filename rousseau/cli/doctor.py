@@ -135,12 +135,12 @@ def _doctor_daemon(config: Config, report: Report) -> None:
         return
     if config.health is None:
         return
-    host, _, port = config.health.listen.rpartition(":")
+    host, port = config.health.address
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host.strip("[]") or "127.0.0.1", int(port)))
+            probe.bind((host, port))
         report(True, "health", f"{config.health.listen} is free")
     except OSError as exc:
         report(False, "health", f"health.listen {config.health.listen}: {exc.strerror or exc}")
