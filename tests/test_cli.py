@@ -54,6 +54,18 @@ def rousseau(
     )
 
 
+def interactive_chat(env: dict[str, str], *, text: bool) -> subprocess.Popen[Any]:
+    """`rousseau chat` with its three streams piped, to type into and read as it runs."""
+    return subprocess.Popen(
+        [*ROUSSEAU, "chat"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=text,
+    )
+
+
 def test_one_shot_chat_prints_the_reply(env: dict[str, str], fake_llm: FakeLLMServer) -> None:
     fake_llm.push(openai_stream(openai_completion("Hello from the fake model.")))
     result = rousseau("chat", "-m", "hello", env=env)
@@ -172,14 +184,7 @@ def test_interrupt_stops_a_reply_and_the_chat_goes_on(
         Sleep(30, openai_stream(openai_completion("too late"))),
         openai_stream(openai_completion("quick answer")),
     )
-    proc = subprocess.Popen(
-        [*ROUSSEAU, "chat"],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = interactive_chat(env, text=True)
     assert proc.stdin is not None
     proc.stdin.write("be slow\n")
     proc.stdin.flush()
@@ -239,13 +244,7 @@ def test_ctrl_c_at_the_approval_prompt_denies_and_keeps_the_next_line(
         openai_stream(openai_completion(None, [("bash", {"command": "touch never"})])),
         openai_stream(openai_completion("you said after")),
     )
-    proc = subprocess.Popen(
-        [*ROUSSEAU, "chat"],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = interactive_chat(env, text=False)
     assert proc.stdin is not None and proc.stdout is not None
     shown = bytearray()
     reader = threading.Thread(target=copy_into, args=(proc.stdout, shown), daemon=True)
