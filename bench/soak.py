@@ -4,17 +4,17 @@ every 10,000 messages the database's size on disk, the rows of its bookkeeping t
 inbox's dedupe memory and the outbox), the process's RSS, and the event loop's worst lag in
 that stretch (after a line with the worst lag during startup, until Telegram is reached).
 
-The bookkeeping rows and RSS stay flat once the sweeps run. The file itself still grows by
-the conversation history (every message and its full-text index entry), which is kept by
-design: the sweep never deletes what people said.
+The bookkeeping rows, RSS and the file's size stay flat once the sweeps run: with
+compression on (as a long-running daemon needs it) each chat's session is folded into a
+summary past 60 messages, and `state.retention.compacted` is set short too, so the sweep
+deletes the folded messages (with their full-text index entries) as it deletes the
+bookkeeping; SQLite reuses the freed pages. With --keep-history the folded messages are kept,
+as they are by default, and the file grows by every message while the rest stays flat. With
+--uncompressed the 100 sessions grow to 2,000 messages each; once they outgrow the router's
+session cache every turn reloads its whole session from disk, and throughput falls with
+their length.
 
-Compression is on, as a long-running daemon needs it: each chat's session is folded into a
-summary past 60 messages, so what the router holds in memory stays bounded (the folded
-messages stay on disk). With --uncompressed the 100 sessions grow to 2,000 messages each;
-once they outgrow the router's session cache every turn reloads its whole session from disk,
-and throughput falls with their length.
-
-    python bench/soak.py [--messages 100000] [--every 10000] [--uncompressed]
+    python bench/soak.py [--messages 100000] [--every 10000] [--keep-history] [--uncompressed]
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ def disk_mb(db: Path) -> float:
     return sum(f.stat().st_size for f in files if f.exists()) / 2**20
 
 
-async def soak(url: str, total: int, every: int, *, compress: bool = True) -> None:
+async def soak(
+    url: str, total: int, every: int, *, compress: bool = True, keep_history: bool = False
+) -> None:
     tmp = Path(tempfile.mkdtemp())
     db = tmp / "s.db"
 
@@ -66,10 +68,10 @@ async def soak(url: str, total: int, every: int, *, compress: bool = True) -> No
 
     env = {"ROUSSEAU_AGENT_COMPRESSION_ENABLED": "true"} if compress else {}
     daemon, transport = bench_daemon(url, tmp, answer, **env)
-    # Short ages so the sweep has work within the run. Sessions are never pruned: each of
-    # the chats' sessions grows on disk by every message it is sent.
+    # Short ages so the sweep has work within the run.
     retention = daemon.config.state.retention
     retention.inbox = retention.outbox = retention.audit = retention.cron_runs = 20.0
+    retention.compacted = None if keep_history else 20.0
     retention.interval = 5.0
     load = Load(url)
     lag = daemon.lag
@@ -120,14 +122,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--every", type=int, default=10_000)
     parser.add_argument(
+        "--keep-history", action="store_true", help="keep the messages summaries replaced"
+    )
+    parser.add_argument(
         "--uncompressed", action="store_true", help="let sessions grow in memory as on disk"
     )
     args = parser.parse_args()
     configure_logging("error")
+    run = functools.partial(soak, compress=not args.uncompressed, keep_history=args.keep_history)
     with fake_bot_api() as url:
-        anyio.run(
-            functools.partial(soak, compress=not args.uncompressed), url, args.messages, args.every
-        )
+        anyio.run(run, url, args.messages, args.every)
 
 
 if __name__ == "__main__":

@@ -330,6 +330,10 @@ class RetentionConfig(Section):
     """How long the audit trail of tool calls is kept."""
     cron_runs: Duration = 30 * 86400.0
     """How long the record of each cron run is kept."""
+    compacted: Duration | None = None
+    """How long messages a session's summary replaced (out of the model's context, still
+    found by recall) are kept; unset keeps them for good. The live conversation and the
+    summary are never pruned."""
     interval: Duration = 3600.0
     """How often the sweep runs (the first one soon after start)."""
 
@@ -338,7 +342,7 @@ class StateConfig(Section):
     path: str = "~/.local/share/rousseau/sessions.db"
     """The SQLite database holding sessions, cron jobs and the rest of the daemon's state."""
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
-    """What is pruned, and when; sessions and their messages are never pruned."""
+    """What is pruned, and when; sessions and their live messages are never pruned."""
 
 
 class CronConfig(Section):

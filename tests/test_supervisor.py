@@ -113,3 +113,37 @@ def test_sd_notify_speaks_the_protocol(tmp_path: Path, monkeypatch: pytest.Monke
         assert server.recv(64) == b"READY=1"
     monkeypatch.delenv("NOTIFY_SOCKET")
     assert sd_notify("READY=1") is False
+
+
+async def test_start_up_objects_are_frozen_out_of_the_collector_until_the_daemon_stops(
+    tmp_path: Path,
+) -> None:
+    """A full collection walking start-up's long-lived objects held the event loop 50-110 ms
+    under load: while the daemon serves they are frozen, and handed back when it stops."""
+    import gc
+
+    from rousseau.agent import Request, Response
+    from rousseau.agent.testing import FunctionProvider, text_reply
+
+    async def answer(request: Request) -> Response:
+        return text_reply(f"frozen: {gc.get_freeze_count()}")
+
+    memory = MemoryTransport()
+    daemon = Daemon(
+        config_in(tmp_path),
+        transports={"memory": memory},
+        chat_policies={"memory": ChatPolicy(policy="open")},
+        provider=FunctionProvider(answer),
+    )
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(20):
+            while not memory.connected:
+                await anyio.sleep(0.02)
+            await memory.inject("hello")
+            [out] = await memory.wait_sent(1)
+        assert gc.isenabled()
+        daemon.stop()
+    assert int(out.text.removeprefix("frozen: ")) > 10_000
+    assert gc.isenabled() and gc.get_freeze_count() == 0

@@ -30,6 +30,13 @@ class Retention(Protocol):
     outbox: float
     audit: float
     cron_runs: float
+    compacted: float | None
+    """None: messages a summary replaced are kept for good."""
+
+
+SWEEP_BATCH = 10_000
+"""Messages one sweep deletes at most, so a first sweep over years of history never holds
+the writer long; the next sweep goes on."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -295,11 +302,20 @@ class DaemonState:
 
     async def sweep(self, ages: Retention, now: float | None = None) -> dict[str, int]:
         """Delete what is older than its age: finished inbox rows (the dedupe memory),
-        finished outbox rows, audit rows and cron runs. Pending work is never touched."""
+        finished outbox rows, audit rows, cron runs and, when an age is set for them,
+        messages a summary replaced. Pending work is never touched."""
         at = time.time() if now is None else now
 
         def op(db: sqlite3.Connection) -> dict[str, int]:
+            compacted = 0
+            if ages.compacted is not None:
+                compacted = db.execute(
+                    "DELETE FROM messages WHERE id IN (SELECT id FROM messages"
+                    " WHERE compacted = 1 AND created_at < ? LIMIT ?)",
+                    (at - ages.compacted, SWEEP_BATCH),
+                ).rowcount
             return {
+                "compacted": compacted,
                 "inbox": db.execute(
                     "DELETE FROM inbox WHERE received_at < ? AND status != 'pending'",
                     (at - ages.inbox,),

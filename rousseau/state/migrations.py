@@ -274,6 +274,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX tool_calls_session ON tool_calls(session_id, started_at)",
         ),
     ),
+    Migration(
+        11,
+        "an index for the sweep of messages a summary replaced",
+        ("CREATE INDEX messages_compacted ON messages(created_at) WHERE compacted = 1",),
+    ),
 )
 
 

@@ -28,6 +28,7 @@ class Ages:
     outbox: float = 7 * DAY
     audit: float = 90 * DAY
     cron_runs: float = 30 * DAY
+    compacted: float | None = None
 
 
 def _seed(db: sqlite3.Connection, at: float, tag: str) -> None:
@@ -66,7 +67,7 @@ async def test_the_sweep_keeps_recent_rows_and_every_pending_one() -> None:
     store.call_sync(lambda db: _seed(db, now - 100 * DAY, "old"), write=True)
     store.call_sync(lambda db: _seed(db, now - 1 * DAY, "new"), write=True)
     deleted = await DaemonState(store).sweep(Ages(), now=now)
-    assert deleted == {"inbox": 3, "outbox": 2, "audit": 1, "cron_runs": 1}
+    assert deleted == {"compacted": 0, "inbox": 3, "outbox": 2, "audit": 1, "cron_runs": 1}
 
     def left(db: sqlite3.Connection) -> dict[str, list[str]]:
         return {
@@ -79,6 +80,39 @@ async def test_the_sweep_keeps_recent_rows_and_every_pending_one() -> None:
     assert rest["inbox"] == ["new-done", "new-failed", "new-ignored", "new-pending", "old-pending"]
     assert rest["outbox"] == ["new-failed", "new-pending", "new-sent", "old-pending"]
     assert sorted(rest["cron"]) == ["ok", "running", "running"]
+    store.close()
+
+
+async def test_messages_a_summary_replaced_go_after_their_age_when_one_is_set() -> None:
+    store = Store(":memory:")
+    now = time.time()
+
+    def seed(db: sqlite3.Connection) -> None:
+        db.execute(
+            "INSERT INTO sessions (id, title, created_at, updated_at) VALUES ('s', '', 0, 0)"
+        )
+        rows = [  # (text, compacted, age in days)
+            ("old folded", 1, 100),
+            ("new folded", 1, 1),
+            ("old live", 0, 100),
+        ]
+        for text, compacted, age in rows:
+            db.execute(
+                "INSERT INTO messages (session_id, role, content, text, compacted, created_at)"
+                " VALUES ('s', 'user', '[]', ?, ?, ?)",
+                (text, compacted, now - age * DAY),
+            )
+
+    store.call_sync(seed, write=True)
+    state = DaemonState(store)
+    assert (await state.sweep(Ages(), now=now))["compacted"] == 0  # unset: kept for good
+    assert (await state.sweep(Ages(compacted=30 * DAY), now=now))["compacted"] == 1
+
+    def left(db: sqlite3.Connection) -> list[str]:
+        return [r[0] for r in db.execute("SELECT text FROM messages ORDER BY id")]
+
+    assert store.call_sync(left) == ["new folded", "old live"]
+    assert [h.text for h in store.search_sync("folded")] == ["new folded"]  # the index follows
     store.close()
 
 
