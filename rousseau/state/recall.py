@@ -105,16 +105,10 @@ def search_op(
     owner's (or chat's) sessions are the only ones searched."""
 
     def op(db: sqlite3.Connection) -> list[Recalled]:
-        if recall:
-            match = any_of(telling_words(db, words_of(query, recall=True)))
-        else:
-            match = fts_query(query, recall=False)
-        if match is None:
-            return []
         where = ""
         args: list[object] = []
         if exclude is not None:
-            where += " AND m.session_id != ?"
+            where += " AND s.id != ?"
             args.append(exclude)
         if scope_of is not None:
             owner, chat = db.execute(
@@ -125,6 +119,17 @@ def search_op(
             else:
                 where += " AND (s.owner = ? OR s.chat = ?)"
                 args += [owner, chat]
+        if (
+            where
+            and db.execute(f"SELECT 1 FROM sessions s WHERE 1 {where}", args).fetchone() is None
+        ):
+            return []  # a first conversation: nothing to rank (recall runs on every turn)
+        if recall:
+            match = any_of(telling_words(db, words_of(query, recall=True)))
+        else:
+            match = fts_query(query, recall=False)
+        if match is None:
+            return []
         rows = db.execute(
             "SELECT m.id, m.session_id, m.role, m.created_at FROM"
             " (SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"

@@ -14,7 +14,7 @@ from rousseau.agent import Agent, Message, Options, Session
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
-from rousseau.state.recall import SQLiteRecall, fts_query, search_op
+from rousseau.state.recall import Scope, SQLiteRecall, fts_query, search_op
 
 pytestmark = pytest.mark.anyio
 
@@ -224,3 +224,25 @@ async def test_a_long_message_asks_about_a_bounded_number_of_words(store: Store)
     await store.call(lambda db: db.set_trace_callback(None))
     assert len(asked) == recall.PROBED
     assert [h.session_id for h in hits] == ["old"]
+
+
+@pytest.mark.parametrize("scope", ["sender", "all"])
+async def test_a_first_session_searches_nothing(store: Store, scope: Scope) -> None:
+    """Recall runs on every turn: where no other session is in scope (a person's first
+    conversation, however full the database), it asks the index nothing."""
+    await chat(store, "someone else", "telegram:1", "the pterodactyl is extinct")
+    await chat(store, "first", "telegram:2" if scope == "sender" else None, "a pterodactyl?")
+    first = await store.load("first")
+    assert first is not None
+    if scope == "all":
+        await store.call(lambda db: db.execute("DELETE FROM sessions WHERE id = 'someone else'"), write=True)
+    searched: list[str] = []
+
+    def trace(statement: str) -> None:
+        if "MATCH" in statement:
+            searched.append(statement)
+
+    await store.call(lambda db: db.set_trace_callback(trace))
+    assert await SQLiteRecall(store, scope=scope).appendix(first) == ""
+    await store.call(lambda db: db.set_trace_callback(None))
+    assert searched == []
