@@ -34,6 +34,7 @@ from rousseau.metrics import LagProbe, Metrics
 from rousseau.policy import ChatPolicy, RateLimiter
 from rousseau.policy import chat_policies as configured_policies
 from rousseau.providers import build_provider, detect_provider
+from rousseau.providers.lazy import LazyProvider
 from rousseau.router import Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
@@ -138,9 +139,13 @@ class Daemon:
                     provider, name, why = self.provider, self.provider.name, "given by the caller"
                 else:
                     name, why = await anyio.to_thread.run_sync(detect_provider, config)
-                    provider = await anyio.to_thread.run_sync(
-                        functools.partial(build_provider, config, name, store=store)
+                    # Built (its SDK imported: 0.3-0.7 s for openai) while the transports
+                    # start, not before; turns wait for it.
+                    lazy = LazyProvider(
+                        name, functools.partial(build_provider, config, name, store=store)
                     )
+                    probes.start_soon(_built, lazy, started)
+                    provider = lazy
                 log.info(
                     "daemon.starting",
                     provider=name,
@@ -148,7 +153,8 @@ class Daemon:
                     transports=sorted(self.transports),
                 )
                 router = self._router(provider, store)
-                started()
+                if self.provider is not None:
+                    started()
                 async with mcp_tools(config.mcp_servers, self._registry):
                     await self._serve(router, self._scheduler(router, store), listener)
             finally:
@@ -411,6 +417,14 @@ class Daemon:
                 await _respond(stream, 200, "text/plain; version=0.0.4", self.metrics.render())
             else:
                 await _respond(stream, 404, "text/plain", b"not found\n")
+
+
+async def _built(provider: LazyProvider, started: Callable[[], None]) -> None:
+    """Build the provider; one that cannot be built (a missing key, a missing extra) stops
+    the daemon with that error, as it would have before anything started. Start-up is over
+    once it is built (see _startup_objects_frozen)."""
+    await provider.get()
+    started()
 
 
 async def _listen(health: HealthConfig) -> MultiListener[SocketStream]:

@@ -209,3 +209,19 @@ def test_an_unexpected_error_says_where_its_traceback_went(
         f" (traceback in {kept})\n"
     )
     assert "Traceback" in kept.read_text() and API_KEY not in kept.read_text()
+
+
+def test_a_provider_that_cannot_be_built_stops_run_in_one_line(tmp_path: Path) -> None:
+    """The provider is built while the transports start (its SDK's import is most of a
+    start-up): one that cannot be built still stops the daemon with its config error."""
+    text = config_text(tmp_path).replace("provider: openai", "provider: vertex")
+    missing = tmp_path / "no-such-credentials.json"
+    (tmp_path / "config.yaml").write_text(
+        text + f"vertex:\n  project: p\n  region: us-east5\n  credentials_file: {missing}\n"
+    )
+    code, out, err = run(tmp_path, "run")
+    assert code == 2, err
+    assert "Traceback" not in out + err
+    assert err.splitlines()[-1].startswith(
+        f"rousseau: config error: vertex.credentials_file: cannot read {missing}"
+    )

@@ -1,6 +1,6 @@
-"""What building the daemon imports stays what its first poll needs: no provider SDK (built
-later, in a thread), no other transport's SDK, nothing only the command line or the web
-needs. A new import here fails this test on purpose."""
+"""What the daemon imports before its first poll stays what the first poll needs: no provider
+SDK (built in a thread while the transports start), no other transport's SDK, nothing only
+the command line or the web needs. A new import here fails this test on purpose."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ OURS = {
     "rousseau.cron.jobs", "rousseau.cron.schedule", "rousseau.cron.scheduler",
     "rousseau.cron.targets", "rousseau.cron.tool", "rousseau.daemon", "rousseau.delivery",
     "rousseau.mcp", "rousseau.mcp.client", "rousseau.metrics", "rousseau.policy",
-    "rousseau.providers", "rousseau.router", "rousseau.state",
+    "rousseau.providers", "rousseau.providers.lazy", "rousseau.router", "rousseau.state",
     "rousseau.state.daemon_state", "rousseau.state.lock", "rousseau.state.migrations",
     "rousseau.state.store", "rousseau.state.worker", "rousseau.tools", "rousseau.tools.base",
     "rousseau.tools.bash", "rousseau.tools.edit", "rousseau.tools.fs", "rousseau.tools.grep",

@@ -235,7 +235,9 @@ async def test_a_first_session_searches_nothing(store: Store, scope: Scope) -> N
     first = await store.load("first")
     assert first is not None
     if scope == "all":
-        await store.call(lambda db: db.execute("DELETE FROM sessions WHERE id = 'someone else'"), write=True)
+        await store.call(
+            lambda db: db.execute("DELETE FROM sessions WHERE id = 'someone else'"), write=True
+        )
     searched: list[str] = []
 
     def trace(statement: str) -> None:
