@@ -24,7 +24,7 @@ from rousseau.providers.errors import connection_error, error_message, status_er
 
 try:
     import openai
-    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.chat import ChatCompletion
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the openai provider", "openai") from exc
 
@@ -90,26 +90,28 @@ class OpenAIProvider:
         params["stream_options"] = {"include_usage": True}
         acc = _Accumulator()
         try:
+            # Chunks stay the JSON objects they arrive as: building a typed model of each
+            # (the SDK's ChatCompletionChunk) cost more CPU than the rest of the reply's path.
             stream = await self._client.post(
                 "/chat/completions",
                 cast_to=ChatCompletion,
                 body=params,
                 stream=True,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                stream_cls=openai.AsyncStream[dict[str, Any]],
             )
             try:
                 async for chunk in stream:
-                    if chunk.usage is not None:
-                        acc.usage = _usage(chunk.usage)
-                    for choice in chunk.choices[:1]:
-                        delta = choice.delta
-                        if delta.content:
-                            acc.text += delta.content
-                            yield StreamEvent.text_delta(delta.content)
-                        for d in delta.tool_calls or []:
+                    if chunk.get("usage"):
+                        acc.usage = _usage_of(chunk["usage"])
+                    for choice in (chunk.get("choices") or [])[:1]:
+                        delta = choice.get("delta") or {}
+                        if delta.get("content"):
+                            acc.text += delta["content"]
+                            yield StreamEvent.text_delta(delta["content"])
+                        for d in delta.get("tool_calls") or []:
                             acc.add_delta(d)
-                        if choice.finish_reason:
-                            acc.finish = choice.finish_reason
+                        if choice.get("finish_reason"):
+                            acc.finish = choice["finish_reason"]
             finally:
                 await stream.close()
         except openai.APIError as exc:
@@ -233,22 +235,22 @@ class _Accumulator:
     text: str = ""
     finish: str = ""
     calls: list[_Call] = field(default_factory=list)
-    by_index: dict[int, _Call] = field(default_factory=dict)
+    by_index: dict[int | None, _Call] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
 
-    def add_delta(self, delta: Any) -> None:
-        call = self.by_index.get(delta.index)
+    def add_delta(self, delta: dict[str, Any]) -> None:
+        index = delta.get("index")
+        call = self.by_index.get(index)
         if call is None:
-            call = self.by_index[delta.index] = _Call()
+            call = self.by_index[index] = _Call()
             self.calls.append(call)
-        if delta.id:
-            call.id = delta.id
-        fn = delta.function
-        if fn is not None:
-            if fn.name:
-                call.name += fn.name
-            if fn.arguments:
-                call.arguments += fn.arguments
+        if delta.get("id"):
+            call.id = delta["id"]
+        fn = delta.get("function") or {}
+        if fn.get("name"):
+            call.name += fn["name"]
+        if fn.get("arguments"):
+            call.arguments += fn["arguments"]
 
     def response(self) -> Response:
         content = [Content.of_text(self.text)] if self.text else []
@@ -280,6 +282,15 @@ def _arguments(call: _Call) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"invalid_json_arguments": call.arguments}
     return value if isinstance(value, dict) else {"invalid_json_arguments": call.arguments}
+
+
+def _usage_of(usage: dict[str, Any]) -> Usage:
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=usage.get("prompt_tokens") or 0,
+        output_tokens=usage.get("completion_tokens") or 0,
+        cache_read_tokens=details.get("cached_tokens") or 0,
+    )
 
 
 def _usage(usage: Any) -> Usage:
