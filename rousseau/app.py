@@ -124,6 +124,7 @@ def build_agent(
     registry: Registry | None = None,
     approver: Approver | None = None,
 ) -> Agent:
+    from rousseau.media import BlobStore
     from rousseau.skills import Skills
     from rousseau.state.recall import SQLiteRecall
 
@@ -141,6 +142,7 @@ def build_agent(
             if store is not None and recall.enabled
             else None
         ),
+        media=BlobStore(folder=config.state.media_folder()) if store is not None else None,
     )
     return Agent(provider, registry if registry is not None else build_registry(config), options)
 

@@ -113,6 +113,9 @@ class AnthropicConfig(Section):
     """The longest one request may take."""
     prompt_caching: bool = True
     """Set cache breakpoints on the stable prefix of each request."""
+    vision: bool = True
+    """The model takes images (and, on the Messages API, PDFs); false shows them to it as
+    a one-line text stand-in instead."""
 
 
 class OpenAIConfig(Section):
@@ -128,6 +131,9 @@ class OpenAIConfig(Section):
     """Retries of a request that failed with 429, a 5xx or a connection error, with backoff."""
     timeout: Duration = 600.0
     """The longest one request may take."""
+    vision: bool = True
+    """The model takes images (and, on the Messages API, PDFs); false shows them to it as
+    a one-line text stand-in instead."""
 
 
 class OpenRouterConfig(OpenAIConfig):
@@ -161,6 +167,9 @@ class BedrockConfig(Section):
     """The longest one request may take."""
     prompt_caching: bool = True
     """Set cache breakpoints on the stable prefix of each request."""
+    vision: bool = True
+    """The model takes images (and, on the Messages API, PDFs); false shows them to it as
+    a one-line text stand-in instead."""
 
 
 class VertexConfig(Section):
@@ -182,6 +191,9 @@ class VertexConfig(Section):
     """The longest one request may take."""
     prompt_caching: bool = True
     """Set cache breakpoints on the stable prefix of each request."""
+    vision: bool = True
+    """The model takes images (and, on the Messages API, PDFs); false shows them to it as
+    a one-line text stand-in instead."""
 
 
 class ClaudeCLIConfig(Section):
@@ -343,6 +355,27 @@ class StateConfig(Section):
     """The SQLite database holding sessions, cron jobs and the rest of the daemon's state."""
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     """What is pruned, and when; sessions and their live messages are never pruned."""
+    media_dir: str = ""
+    """Where attachments' bytes are kept, by content; empty: a media folder beside path."""
+
+    def media_folder(self) -> Path:
+        if self.media_dir:
+            return Path(self.media_dir).expanduser()
+        return Path(self.path).expanduser().parent / "media"
+
+
+def _media_types() -> list[str]:
+    from rousseau.media import DEFAULT_TYPES
+
+    return list(DEFAULT_TYPES)
+
+
+class MediaConfig(Section):
+    max_bytes: int = Field(default=20_000_000, ge=1)
+    """The largest attachment taken in, and the most one message's attachments may weigh
+    together; past it the sender gets a polite reply and the model is not called."""
+    types: list[str] = Field(default_factory=_media_types)
+    """Media types taken in (type/* patterns allowed); no SVG or HTML by default."""
 
 
 class CronConfig(Section):
@@ -592,6 +625,8 @@ class Config(Section):
     send_timeout: Duration = 60.0
     """The longest one send to a platform may take before it is abandoned and retried later
     (other chats are never held up by it)."""
+    media: MediaConfig = Field(default_factory=MediaConfig)
+    """Attachments: how large, and of which types."""
     cron: CronConfig = Field(default_factory=CronConfig)
     """Scheduled jobs, which live in the store (see `rousseau cron --help`)."""
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)

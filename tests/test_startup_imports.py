@@ -24,7 +24,7 @@ OURS = {
     "rousseau.backoff", "rousseau.config", "rousseau.config_go", "rousseau.cron",
     "rousseau.cron.jobs", "rousseau.cron.schedule", "rousseau.cron.scheduler",
     "rousseau.cron.targets", "rousseau.cron.tool", "rousseau.daemon", "rousseau.delivery",
-    "rousseau.mcp", "rousseau.mcp.client", "rousseau.metrics", "rousseau.policy",
+    "rousseau.mcp", "rousseau.mcp.client", "rousseau.media", "rousseau.metrics", "rousseau.policy",
     "rousseau.providers", "rousseau.providers.lazy", "rousseau.router", "rousseau.state",
     "rousseau.state.daemon_state", "rousseau.state.lock", "rousseau.state.migrations",
     "rousseau.state.store", "rousseau.state.worker", "rousseau.tools", "rousseau.tools.base",

@@ -36,6 +36,7 @@ from rousseau.agent.errors import (
 )
 from rousseau.agent.loop import Agent, Options
 from rousseau.agent.protocols import (
+    MediaSource,
     MessageLog,
     Provider,
     RecallProvider,
@@ -47,6 +48,7 @@ from rousseau.agent.protocols import (
     ToolOutput,
 )
 from rousseau.agent.types import (
+    Attachment,
     Compaction,
     Content,
     ContentKind,
@@ -71,6 +73,7 @@ __all__ = [
     "ApprovalRequest",
     "Approver",
     "AskingApprover",
+    "Attachment",
     "Compaction",
     "Compressor",
     "ConfigError",
@@ -81,6 +84,7 @@ __all__ = [
     "EmptySessionError",
     "LLMCompressor",
     "MaxIterationsError",
+    "MediaSource",
     "Message",
     "MessageLog",
     "MissingExtraError",

@@ -28,6 +28,7 @@ from rousseau.agent.errors import (
 )
 from rousseau.agent.protocols import (
     AuditLog,
+    MediaSource,
     MessageLog,
     Provider,
     RecallProvider,
@@ -74,6 +75,9 @@ class Options:
     """Where every message the loop adds is persisted, if anywhere."""
     audit: AuditLog | None = None
     """Where every tool call is recorded, if anywhere."""
+    media: MediaSource | None = None
+    """Where attachments' bytes are read from for each request; without one, providers
+    show attachments by their stand-in text."""
 
 
 class Agent:
@@ -131,6 +135,7 @@ class Agent:
                     messages=list(session.messages),
                     tools=definitions,
                     cacheable_messages=session.cacheable_messages,
+                    media=await self._media(session.messages),
                 )
                 response: Response | None = None
                 # aclosing: if our consumer stops early, the provider's stream closes now.
@@ -189,6 +194,20 @@ class Agent:
         if response.message.text:
             yield StreamEvent.text_delta(response.message.text)
         yield StreamEvent.final(response)
+
+    async def _media(self, messages: list[Message]) -> dict[str, bytes]:
+        """The bytes of every attachment in the messages that the media source still has."""
+        source = self.options.media
+        if source is None:
+            return {}
+        found: dict[str, bytes] = {}
+        for message in messages:
+            for attachment in message.attachments:
+                if attachment.sha256 not in found:
+                    data = await source.read(attachment.sha256)
+                    if data is not None:
+                        found[attachment.sha256] = data
+        return found
 
     async def _system_prompt(self, session: Session) -> str:
         parts = [self.options.system_prompt]

@@ -86,6 +86,12 @@ class RecallProvider(Protocol):
     async def appendix(self, session: Session) -> str: ...
 
 
+class MediaSource(Protocol):
+    """Reads back the bytes of an attachment by its sha256; None when they are gone."""
+
+    async def read(self, sha256: str) -> bytes | None: ...
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ToolCallRecord:
     """One tool call as the audit trail keeps it (the input only as a digest)."""

@@ -16,11 +16,14 @@ class Role(StrEnum):
 
 
 class ContentKind(StrEnum):
-    """What one content block holds: text, a tool call or a tool result."""
+    """What one content block holds: text, a tool call, a tool result, or a file (an image,
+    or a document such as a PDF) by reference."""
 
     TEXT = "text"
     TOOL_USE = "tool_use"
     TOOL_RESULT = "tool_result"
+    IMAGE = "image"
+    DOCUMENT = "document"
 
 
 class StopReason(StrEnum):
@@ -56,14 +59,52 @@ class ToolResult:
     is_error: bool = False
 
 
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Attachment:
+    """A file a message carries, by reference: its bytes live in a blob store under their
+    sha256 (a `MediaSource` reads them back), never in the message itself."""
+
+    sha256: str
+    media_type: str
+    """The MIME type, e.g. image/jpeg or application/pdf."""
+    size: int
+    """In bytes."""
+    name: str = ""
+    """The file's name as it was sent (for people; never used as a path)."""
+    saved_as: str = ""
+    """Where the agent's tools find a copy: a path relative to the workspace, or empty."""
+
+    @property
+    def is_image(self) -> bool:
+        return self.media_type.startswith("image/")
+
+    def stand_in(self) -> str:
+        """The text a model that cannot take this file is shown in its place."""
+        major = self.media_type.partition("/")[0]
+        what = {"image": "photo", "audio": "audio", "video": "video"}.get(major, "file")
+        parts = [f"{what}: {self.name or self.media_type}", _size(self.size)]
+        if self.saved_as:
+            parts.append(f"saved as {self.saved_as}")
+        return "[" + ", ".join(parts) + "]"
+
+
+def _size(n: int) -> str:
+    if n < 1000:
+        return f"{n} bytes"
+    if n < 1_000_000:
+        return f"{n / 1000:.0f} kB"
+    return f"{n / 1_000_000:.1f} MB"
+
+
 @dataclass(kw_only=True, slots=True)
 class Content:
-    """One block of a message: text, a tool call or a tool result."""
+    """One block of a message: text, a tool call, a tool result or an attached file."""
 
     kind: ContentKind
     text: str = ""
     tool_use: ToolUse | None = None
     tool_result: ToolResult | None = None
+    attachment: Attachment | None = None
 
     @classmethod
     def of_text(cls, text: str) -> Content:
@@ -77,8 +118,23 @@ class Content:
     def of_tool_result(cls, result: ToolResult) -> Content:
         return cls(kind=ContentKind.TOOL_RESULT, tool_result=result)
 
+    @classmethod
+    def of_attachment(cls, attachment: Attachment) -> Content:
+        kind = ContentKind.IMAGE if attachment.is_image else ContentKind.DOCUMENT
+        return cls(kind=kind, attachment=attachment)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form, used by the store."""
+        if self.attachment is not None:
+            a = self.attachment
+            return {
+                "type": self.kind.value,
+                "sha256": a.sha256,
+                "media_type": a.media_type,
+                "size": a.size,
+                "name": a.name,
+                "saved_as": a.saved_as,
+            }
         if self.tool_use is not None:
             u = self.tool_use
             return {"type": "tool_use", "id": u.id, "name": u.name, "input": u.input}
@@ -105,6 +161,16 @@ class Content:
                     tool_use_id=data["tool_use_id"],
                     content=data.get("content", ""),
                     is_error=bool(data.get("is_error", False)),
+                )
+            )
+        if kind in (ContentKind.IMAGE.value, ContentKind.DOCUMENT.value):
+            return cls.of_attachment(
+                Attachment(
+                    sha256=data["sha256"],
+                    media_type=data["media_type"],
+                    size=int(data.get("size", 0)),
+                    name=data.get("name", ""),
+                    saved_as=data.get("saved_as", ""),
                 )
             )
         return cls.of_text(data.get("text", ""))
@@ -137,6 +203,10 @@ class Message:
     @property
     def tool_results(self) -> list[ToolResult]:
         return [c.tool_result for c in self.content if c.tool_result is not None]
+
+    @property
+    def attachments(self) -> list[Attachment]:
+        return [c.attachment for c in self.content if c.attachment is not None]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -195,6 +265,9 @@ class Request:
     tools: list[ToolDefinition] = field(default_factory=list)
     cacheable_messages: int = 0
     """Leading messages that form a stable prefix a provider may mark for prompt caching."""
+    media: dict[str, bytes] = field(default_factory=dict)
+    """The bytes of the messages' attachments, by sha256, where the loop could read them;
+    a provider shows an attachment missing here by its stand-in text."""
 
 
 @dataclass(kw_only=True, slots=True)

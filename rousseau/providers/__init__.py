@@ -75,6 +75,7 @@ def _build_one(config: Config, name: str, store: Any) -> Provider:
             max_retries=a.max_retries,
             timeout=a.timeout,
             prompt_caching=a.prompt_caching,
+            vision=a.vision,
         )
     if name in ("openai", "openrouter", "ollama"):
         from rousseau.providers.openai import OpenAIProvider
@@ -89,6 +90,7 @@ def _build_one(config: Config, name: str, store: Any) -> Provider:
             max_tokens=o.max_tokens,
             max_retries=o.max_retries,
             timeout=o.timeout,
+            vision=o.vision,
         )
     if name == "bedrock":
         from rousseau.providers.bedrock import BedrockProvider
@@ -103,6 +105,7 @@ def _build_one(config: Config, name: str, store: Any) -> Provider:
             max_retries=b.max_retries,
             timeout=b.timeout,
             prompt_caching=b.prompt_caching,
+            vision=b.vision,
         )
     if name == "vertex":
         from rousseau.providers.vertex import VertexProvider
@@ -118,6 +121,7 @@ def _build_one(config: Config, name: str, store: Any) -> Provider:
             max_retries=v.max_retries,
             timeout=v.timeout,
             prompt_caching=v.prompt_caching,
+            vision=v.vision,
         )
     if name == "claudecli":
         from rousseau.providers.claudecli import ClaudeCLIProvider

@@ -6,10 +6,12 @@ Messages API through the SDK's three clients); only the client and the error hin
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from rousseau.agent import (
+    Attachment,
     Content,
     Message,
     MissingExtraError,
@@ -55,12 +57,14 @@ class MessagesProvider:
         max_tokens: int,
         base_url: str,
         prompt_caching: bool = True,
+        vision: bool = True,
     ) -> None:
         self._client = client
         self.model = model
         self.max_tokens = max_tokens
         self.base_url = base_url
         self.prompt_caching = prompt_caching
+        self.vision = vision
 
     async def complete(self, request: Request) -> Response:
         try:
@@ -91,10 +95,11 @@ class MessagesProvider:
 
     def params(self, request: Request) -> dict[str, Any]:
         """The request body: full tool schemas and, when caching, cache breakpoints."""
+        media = request.media if self.vision else {}
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": [_message(m) for m in request.messages],
+            "messages": [_message(m, media) for m in request.messages],
         }
         tools = [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
@@ -138,13 +143,19 @@ class AnthropicProvider(MessagesProvider):
         max_retries: int = 2,
         timeout: float = 600.0,
         prompt_caching: bool = True,
+        vision: bool = True,
     ) -> None:
         url = base_url or DEFAULT_BASE_URL
         client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=url, max_retries=max_retries, timeout=timeout
         )
         super().__init__(
-            client, model=model, max_tokens=max_tokens, base_url=url, prompt_caching=prompt_caching
+            client,
+            model=model,
+            max_tokens=max_tokens,
+            base_url=url,
+            prompt_caching=prompt_caching,
+            vision=vision,
         )
 
     async def check(self) -> None:
@@ -195,10 +206,16 @@ def _mark_cache_breakpoints(params: dict[str, Any], request: Request) -> None:
         params["messages"][index]["content"][-1]["cache_control"] = _EPHEMERAL
 
 
-def _message(message: Message) -> dict[str, Any]:
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+"""What the Messages API takes as an image block; PDFs go as document blocks."""
+
+
+def _message(message: Message, media: dict[str, bytes]) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = []
     for c in message.content:
-        if c.tool_use is not None:
+        if c.attachment is not None:
+            blocks.append(_attachment(c.attachment, media))
+        elif c.tool_use is not None:
             u = c.tool_use
             blocks.append({"type": "tool_use", "id": u.id, "name": u.name, "input": u.input})
         elif c.tool_result is not None:
@@ -216,6 +233,27 @@ def _message(message: Message) -> dict[str, Any]:
     if not blocks:
         blocks.append({"type": "text", "text": "(empty)"})
     return {"role": message.role.value, "content": blocks}
+
+
+def _attachment(attachment: Attachment, media: dict[str, bytes]) -> dict[str, Any]:
+    """An image or PDF block with the file's bytes; the stand-in text for anything else, or
+    when the bytes are not at hand (a model without vision is given none)."""
+    data = media.get(attachment.sha256)
+    kind = (
+        "image"
+        if attachment.media_type in _IMAGE_TYPES
+        else "document"
+        if attachment.media_type == "application/pdf"
+        else None
+    )
+    if data is None or kind is None:
+        return {"type": "text", "text": attachment.stand_in()}
+    source = {
+        "type": "base64",
+        "media_type": attachment.media_type,
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+    return {"type": kind, "source": source}
 
 
 def _response(message: Any) -> Response:

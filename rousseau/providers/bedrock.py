@@ -29,6 +29,7 @@ class BedrockProvider(MessagesProvider):
         max_retries: int = 2,
         timeout: float = 600.0,
         prompt_caching: bool = True,
+        vision: bool = True,
     ) -> None:
         session = boto3.Session(profile_name=profile) if profile else boto3.Session()
         region = region or session.region_name
@@ -52,5 +53,10 @@ class BedrockProvider(MessagesProvider):
             timeout=timeout,
         )
         super().__init__(
-            client, model=model, max_tokens=max_tokens, base_url=url, prompt_caching=prompt_caching
+            client,
+            model=model,
+            max_tokens=max_tokens,
+            base_url=url,
+            prompt_caching=prompt_caching,
+            vision=vision,
         )

@@ -293,7 +293,13 @@ def _message_text(message: dict[str, Any]) -> str:
 
 
 def _newest_user_turn(messages: list[Message]) -> str:
+    """The text of the newest user message; its files as their stand-ins, which name where
+    each was saved in the workspace (the CLI reads them from there with its own tools)."""
     for message in reversed(messages):
-        if message.role is Role.USER and message.text:
-            return message.text
+        if message.role is not Role.USER:
+            continue
+        parts = [message.text] if message.text else []
+        parts += [a.stand_in() for a in message.attachments]
+        if parts:
+            return "\n".join(parts)
     raise ProviderError("claudecli", "there is no user message to send")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -49,8 +50,10 @@ class OpenAIProvider:
         max_tokens: int = 4096,
         max_retries: int = 2,
         timeout: float = 600.0,
+        vision: bool = True,
     ) -> None:
         self.name = name
+        self.vision = vision
         self.model = model
         self.max_tokens = max_tokens
         self.base_url = base_url or DEFAULT_BASE_URL
@@ -132,8 +135,9 @@ class OpenAIProvider:
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
+        media = request.media if self.vision else {}
         for m in request.messages:
-            messages.extend(_messages(m))
+            messages.extend(_messages(m, media))
         params: dict[str, Any] = {"model": self.model, "messages": messages}
         # OpenAI itself wants max_completion_tokens; compatible servers still read max_tokens.
         limit_key = "max_completion_tokens" if self.name == "openai" else "max_tokens"
@@ -191,7 +195,7 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
-def _messages(message: Message) -> list[dict[str, Any]]:
+def _messages(message: Message, media: dict[str, bytes]) -> list[dict[str, Any]]:
     if message.role is Role.ASSISTANT:
         out: dict[str, Any] = {"role": "assistant", "content": message.text or None}
         uses = message.tool_uses
@@ -216,9 +220,26 @@ def _messages(message: Message) -> list[dict[str, Any]]:
         }
         for r in message.tool_results
     ]
-    if message.text or not result:
+    if message.attachments:
+        result.append({"role": "user", "content": _parts(message, media)})
+    elif message.text or not result:
         result.append({"role": "user", "content": message.text})
     return result
+
+
+def _parts(message: Message, media: dict[str, bytes]) -> list[dict[str, Any]]:
+    """A user message with files: its text, then each image as a data URL where the bytes
+    are at hand (a model without vision is given none), else the file's stand-in text."""
+    texts = [message.text] if message.text else []
+    images: list[dict[str, Any]] = []
+    for attachment in message.attachments:
+        data = media.get(attachment.sha256)
+        if data is None or not attachment.is_image:
+            texts.append(attachment.stand_in())
+            continue
+        url = f"data:{attachment.media_type};base64,{base64.b64encode(data).decode('ascii')}"
+        images.append({"type": "image_url", "image_url": {"url": url}})
+    return [{"type": "text", "text": "\n".join(texts)}, *images] if texts else images
 
 
 @dataclass(slots=True)

@@ -40,6 +40,7 @@ class VertexProvider(MessagesProvider):
         max_retries: int = 2,
         timeout: float = 600.0,
         prompt_caching: bool = True,
+        vision: bool = True,
     ) -> None:
         credentials, found_project = _credentials(credentials_file)
         project = project or found_project
@@ -61,6 +62,7 @@ class VertexProvider(MessagesProvider):
             max_tokens=max_tokens,
             base_url=str(client.base_url),
             prompt_caching=prompt_caching,
+            vision=vision,
         )
 
 

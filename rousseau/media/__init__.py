@@ -1,0 +1,187 @@
+"""Attachments' bytes: a content-addressed blob store, the limits on what is taken in, and the
+copy of each inbound file that the agent's tools can work on.
+
+The core only ever holds an `Attachment` (a sha256, a media type, a size, a name); the bytes
+are written here once, whatever chat sent them how often, and read back for each model
+request. Nothing here opens, renders or runs a file: it is stored and passed on as bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import date
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import anyio
+
+from rousseau.agent import Attachment
+
+DEFAULT_MAX_BYTES = 20_000_000
+DEFAULT_TYPES = (
+    "image/jpeg",
+    "image/png",
+    "image/gif",
+    "image/webp",
+    "application/pdf",
+    "text/plain",
+    "text/csv",
+    "text/markdown",
+    "audio/*",
+)
+"""What is taken in unless configured otherwise. No SVG or HTML: they can carry scripts."""
+MAX_NAME = 100
+"""Characters of a sanitised file name at most (its extension kept)."""
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]+")
+
+
+class MediaRejected(Exception):
+    """An attachment over the limits or of a type not taken in; the message is the polite
+    reply the sender gets."""
+
+
+@dataclass(kw_only=True, slots=True)
+class MediaLimits:
+    max_bytes: int = DEFAULT_MAX_BYTES
+    """Per attachment, and for all of one message's attachments together."""
+    types: tuple[str, ...] = DEFAULT_TYPES
+    """Media types taken in; `type/*` patterns allowed."""
+
+    def check(self, attachments: list[tuple[str, str, int]]) -> None:
+        """Raise MediaRejected unless every (name, media type, size) is within the limits."""
+        total = 0
+        for name, media_type, size in attachments:
+            label = name or media_type
+            if not any(fnmatchcase(media_type.lower(), t) for t in self.types):
+                raise MediaRejected(
+                    f"Sorry, I cannot take {label}: files of type {media_type}"
+                    " are not accepted here."
+                )
+            if size > self.max_bytes:
+                raise MediaRejected(
+                    f"Sorry, {label} is too large ({_mb(size)}); the limit is"
+                    f" {_mb(self.max_bytes)}."
+                )
+            total += size
+        if total > self.max_bytes:
+            raise MediaRejected(
+                f"Sorry, these files are too large together ({_mb(total)});"
+                f" the limit is {_mb(self.max_bytes)}."
+            )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1_000_000:.1f} MB"
+
+
+@dataclass(kw_only=True, slots=True)
+class BlobStore:
+    """Files by the sha256 of their bytes: `folder/ab/abcdef…`, written once, mode 0600.
+
+    It is a MediaSource: `read` gives the bytes back (None once they are gone)."""
+
+    folder: Path
+    _made: bool = field(default=False, init=False)
+
+    def path_of(self, sha256: str) -> Path:
+        if not _SHA256.fullmatch(sha256):
+            raise ValueError(f"not a sha256: {sha256!r}")
+        return self.folder / sha256[:2] / sha256
+
+    def put_sync(self, data: bytes, *, media_type: str, name: str = "") -> Attachment:
+        """Store the bytes (once: the same bytes again cost nothing) and describe them."""
+        sha256 = hashlib.sha256(data).hexdigest()
+        path = self.path_of(sha256)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = path.with_name(f".{sha256}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        return Attachment(sha256=sha256, media_type=media_type, size=len(data), name=name)
+
+    async def put(self, data: bytes, *, media_type: str, name: str = "") -> Attachment:
+        return await anyio.to_thread.run_sync(
+            lambda: self.put_sync(data, media_type=media_type, name=name)
+        )
+
+    def read_sync(self, sha256: str) -> bytes | None:
+        try:
+            return self.path_of(sha256).read_bytes()
+        except (FileNotFoundError, ValueError):
+            return None
+
+    async def read(self, sha256: str) -> bytes | None:
+        return await anyio.to_thread.run_sync(self.read_sync, sha256)
+
+    def remove_sync(self, sha256: str) -> bool:
+        """Delete a blob (the caller knows nothing refers to it any more)."""
+        try:
+            self.path_of(sha256).unlink()
+        except (FileNotFoundError, ValueError):
+            return False
+        return True
+
+
+def safe_name(name: str) -> str:
+    """A file name that is only a name: no folders, no control or reserved characters, no
+    leading dot, at most MAX_NAME characters with its extension kept; 'file' if nothing is
+    left."""
+    name = unicodedata.normalize("NFC", name)
+    name = _UNSAFE.sub("_", name.replace("\\", "/").rsplit("/", 1)[-1])
+    name = name.strip(" ._") or "file"
+    if len(name) > MAX_NAME:
+        stem, dot, ext = name.rpartition(".")
+        ext = ext[:10] if dot and stem else ""
+        name = name[: MAX_NAME - len(ext) - 1].rstrip(" ._") + ("." + ext if ext else "")
+    return name
+
+
+def save_to_workspace(workspace: Path, name: str, data: bytes, *, today: date) -> str:
+    """Write an inbound file to `inbox/YYYY-MM-DD/NAME` in the workspace and return that
+    path, relative to the workspace. The name is sanitised; an existing file is never
+    overwritten (`NAME (2).ext`, ...); a folder on the way that leads out of the workspace
+    (a symlink the agent made) is refused with PermissionError."""
+    root = workspace.resolve()
+    folder = root
+    for part in ("inbox", today.isoformat()):
+        folder = folder / part
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        if folder.is_symlink() or not folder.is_dir():
+            raise PermissionError(f"{folder} is not a folder of the workspace")
+    if not folder.resolve().is_relative_to(root):
+        raise PermissionError(f"{folder} leads out of the workspace")
+    stem, dot, ext = safe_name(name).rpartition(".")
+    if not dot or not stem:
+        stem, ext = safe_name(name), ""
+    for n in range(1, 1000):
+        candidate = f"{stem}{f' ({n})' if n > 1 else ''}{'.' + ext if ext else ''}"
+        path = folder / candidate
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symlink planted under that name
+                continue
+            raise
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return path.relative_to(root).as_posix()
+    raise FileExistsError(f"too many files named {stem} in {folder}")

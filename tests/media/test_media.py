@@ -1,0 +1,146 @@
+"""The blob store, the limits on what is taken in, and the workspace copy of inbound files
+(hostile names included); attachments survive the session store and reach the provider."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from rousseau.agent import Agent, Attachment, Content, Message, Options, Request, Role, Session
+from rousseau.agent.testing import FunctionProvider, text_reply
+from rousseau.media import BlobStore, MediaLimits, MediaRejected, safe_name, save_to_workspace
+from rousseau.state import Store
+
+pytestmark = pytest.mark.anyio
+TODAY = date(2026, 12, 1)
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x01" * 64
+
+
+async def test_blobs_are_stored_once_by_content(tmp_path: Path) -> None:
+    blobs = BlobStore(folder=tmp_path / "media")
+    first = await blobs.put(PNG, media_type="image/png", name="a.png")
+    again = await blobs.put(PNG, media_type="image/png", name="b.png")
+    sha = hashlib.sha256(PNG).hexdigest()
+    assert (first.sha256, first.size, first.name, again.name) == (sha, len(PNG), "a.png", "b.png")
+    path = tmp_path / "media" / sha[:2] / sha
+    assert path.read_bytes() == PNG and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in (tmp_path / "media").rglob("*") if p.is_file()] == [sha]
+    assert await blobs.read(sha) == PNG
+    assert blobs.remove_sync(sha) and await blobs.read(sha) is None
+    assert await blobs.read("../../etc/passwd") is None  # only a sha256 names a blob
+
+
+@pytest.mark.parametrize(
+    ("files", "reply"),
+    [
+        ([("x.svg", "image/svg+xml", 10)], "Sorry, I cannot take x.svg: files of type"),
+        ([("big.pdf", "application/pdf", 21_000_000)], "Sorry, big.pdf is too large (21.0 MB)"),
+        (
+            [("a.png", "image/png", 12_000_000), ("b.png", "image/png", 12_000_000)],
+            "Sorry, these files are too large together (24.0 MB); the limit is 20.0 MB.",
+        ),
+    ],
+)
+def test_what_is_over_the_limits_gets_a_polite_reply(
+    files: list[tuple[str, str, int]], reply: str
+) -> None:
+    with pytest.raises(MediaRejected) as refused:
+        MediaLimits().check(files)
+    assert str(refused.value).startswith(reply)
+
+
+def test_what_is_within_the_limits_passes() -> None:
+    MediaLimits().check([("r.jpg", "image/jpeg", 5_000_000), ("v.ogg", "audio/ogg", 1_000)])
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"),
+    [
+        ("../../etc/passwd", "passwd"),
+        ("..\\..\\boot.ini", "boot.ini"),
+        ("a\x00b.txt", "a_b.txt"),
+        (".bashrc", "bashrc"),
+        ("..", "file"),
+        ("", "file"),
+        ("x" * 500 + ".pdf", "x" * 96 + ".pdf"),
+    ],
+)
+def test_names_are_only_names(name: str, safe: str) -> None:
+    assert safe_name(name) == safe
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "a\x00b", "x" * 500 + ".pdf", "/abs/p"])
+def test_a_hostile_name_lands_inside_the_workspace(tmp_path: Path, name: str) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    saved = save_to_workspace(workspace, name, b"data", today=TODAY)
+    path = (workspace / saved).resolve()
+    assert path.is_relative_to(workspace.resolve() / "inbox" / "2026-12-01")
+    assert path.read_bytes() == b"data"
+
+
+def test_an_existing_name_is_never_overwritten(tmp_path: Path) -> None:
+    saved = [save_to_workspace(tmp_path, "r.pdf", bytes([i]), today=TODAY) for i in range(3)]
+    assert saved == [
+        "inbox/2026-12-01/r.pdf",
+        "inbox/2026-12-01/r (2).pdf",
+        "inbox/2026-12-01/r (3).pdf",
+    ]
+    assert [(tmp_path / s).read_bytes() for s in saved] == [b"\x00", b"\x01", b"\x02"]
+
+
+def test_symlinks_the_agent_planted_lead_nowhere(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / "inbox").mkdir()
+    # A file of that name pointing out: skipped, never written through.
+    os.symlink(outside / "victim", workspace / "inbox" / "2026-12-01", target_is_directory=True)
+    with pytest.raises(PermissionError):
+        save_to_workspace(workspace, "r.pdf", b"x", today=TODAY)
+    (workspace / "inbox" / "2026-12-01").unlink()
+    (workspace / "inbox" / "2026-12-01").mkdir()
+    os.symlink(outside / "victim", workspace / "inbox" / "2026-12-01" / "r.pdf")
+    assert save_to_workspace(workspace, "r.pdf", b"x", today=TODAY) == "inbox/2026-12-01/r (2).pdf"
+    assert not (outside / "victim").exists()
+
+
+def test_stand_ins_say_what_the_file_was() -> None:
+    photo = Attachment(sha256="0" * 64, media_type="image/jpeg", size=1_234_567, name="r.jpg")
+    assert photo.stand_in() == "[photo: r.jpg, 1.2 MB]"
+    note = Attachment(
+        sha256="0" * 64, media_type="audio/ogg", size=900, saved_as="inbox/2026-12-01/v.ogg"
+    )
+    assert note.stand_in() == "[audio: audio/ogg, 900 bytes, saved as inbox/2026-12-01/v.ogg]"
+
+
+async def test_attachments_survive_the_store_and_reach_the_provider(tmp_path: Path) -> None:
+    blobs = BlobStore(folder=tmp_path / "media")
+    photo = await blobs.put(PNG, media_type="image/png", name="r.png")
+    seen: list[Request] = []
+
+    def answer(request: Request) -> object:
+        seen.append(request)
+        return text_reply("a receipt")
+
+    with Store(str(tmp_path / "s.db")) as store:
+        session = await store.create_session("s1")
+        agent = Agent(FunctionProvider(answer), options=Options(history=store, media=blobs))
+        await agent.append(
+            session,
+            Message(
+                role=Role.USER, content=[Content.of_text("this?"), Content.of_attachment(photo)]
+            ),
+        )
+        await agent.turn(session)
+        loaded = await store.load("s1")
+    assert loaded is not None and loaded.messages[0].attachments == [photo]
+    assert seen[0].media == {photo.sha256: PNG}
+    no_media = Agent(FunctionProvider(answer))
+    await no_media.turn(Session(id="s2", messages=list(loaded.messages[:1])))
+    assert seen[1].media == {}
