@@ -26,6 +26,7 @@ from rousseau.agent import (
 from rousseau.agent.approval import AskFn
 from rousseau.approvals import SPLITTERS
 from rousseau.config import ApproverConfig, Config, RuleConfig
+from rousseau.media import MediaIntake
 from rousseau.state import Store
 from rousseau.tools import Registry, Sandbox, builtin_registry
 from rousseau.tools.hardening import make_undumpable
@@ -124,7 +125,6 @@ def build_agent(
     registry: Registry | None = None,
     approver: Approver | None = None,
 ) -> Agent:
-    from rousseau.media import BlobStore
     from rousseau.skills import Skills
     from rousseau.state.recall import SQLiteRecall
 
@@ -142,9 +142,20 @@ def build_agent(
             if store is not None and recall.enabled
             else None
         ),
-        media=BlobStore(folder=config.state.media_folder()) if store is not None else None,
+        media=media_intake(config).blobs if store is not None else None,
     )
     return Agent(provider, registry if registry is not None else build_registry(config), options)
+
+
+def media_intake(config: Config) -> MediaIntake:
+    """Where inbound files go: the blob store, the workspace's inbox/, the limits."""
+    from rousseau.media import BlobStore, MediaLimits
+
+    return MediaIntake(
+        blobs=BlobStore(folder=config.state.media_folder()),
+        workspace=Path(config.agent.workspace).expanduser(),
+        limits=MediaLimits(max_bytes=config.media.max_bytes, types=tuple(config.media.types)),
+    )
 
 
 @asynccontextmanager

@@ -24,7 +24,7 @@ from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from rousseau.agent import ConfigError, Provider, TransportAuthError
-from rousseau.app import build_agent, build_approver, build_registry
+from rousseau.app import build_agent, build_approver, build_registry, media_intake
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.backoff import backoff
 from rousseau.config import Config, HealthConfig, parse_rate
@@ -133,8 +133,12 @@ class Daemon:
                 await anyio.to_thread.run_sync(load_shell_parser)  # for bash rules: 0.2 s
             provider: Provider | None = None
             try:
+                intake = media_intake(config)
                 for name, transport in self.transports.items():
                     transport.bind_state(TransportState(store, name))
+                    bind_media = getattr(transport, "bind_media", None)
+                    if bind_media is not None:  # a transport that takes files in
+                        bind_media(intake)
                 if self.provider is not None:
                     provider, name, why = self.provider, self.provider.name, "given by the caller"
                 else:

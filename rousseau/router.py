@@ -21,7 +21,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from rousseau.agent import Agent, Message, Session, StoreError
+from rousseau.agent import Agent, Content, Message, Role, Session, StoreError
 from rousseau.approvals import ChatApprovals
 from rousseau.backoff import backoff
 from rousseau.delivery import Courier
@@ -247,6 +247,9 @@ class Router:
             if command == "/help":
                 await self._reply(inbound, HELP)
                 return
+            if inbound.refusal:  # its files were refused: say so, and spend no model call
+                await self._reply(inbound, inbound.refusal)
+                return
             session = await self._session(inbound)
             current_inbound.set(inbound)  # this task's context: tools see which chat asked
             with structlog.contextvars.bound_contextvars(session=session.id):
@@ -262,7 +265,10 @@ class Router:
                 await self._reply(inbound, await self._turn(session, inbound))
 
     async def _append_user(self, session: Session, inbound: Inbound) -> None:
-        await self.agent.append(session, Message.user(_user_text(inbound)))
+        text = _user_text(inbound)
+        content = [Content.of_text(text)] if text or not inbound.attachments else []
+        content += [Content.of_attachment(a) for a in inbound.attachments]
+        await self.agent.append(session, Message(role=Role.USER, content=content))
         await self.state.mark_appended(inbound, session.id)
 
     async def _turn(self, session: Session, inbound: Inbound) -> str:
@@ -463,6 +469,6 @@ class Router:
 
 
 def _user_text(inbound: Inbound) -> str:
-    if inbound.is_group and inbound.sender_name:
-        return f"{inbound.sender_name}: {inbound.text}"
+    if inbound.is_group and inbound.sender_name and (inbound.text or inbound.attachments):
+        return f"{inbound.sender_name}: {inbound.text}".rstrip()
     return inbound.text

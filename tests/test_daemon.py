@@ -23,6 +23,8 @@ from tests.helpers import ROUSSEAU, free_port
 def model(recorded: Recorded) -> Reply:
     """Echo the last user message; 'slow N' waits N seconds; 'long' writes 10,000 words."""
     last = recorded.body["messages"][-1]["content"]
+    if isinstance(last, list):  # content parts: the text, then images
+        last = " ".join(p.get("text", f"[{p['type']}]") for p in last)
     if "long" in last:
         text = " ".join(f"w{i}" for i in range(10_000))
     else:

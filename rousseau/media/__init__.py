@@ -9,11 +9,13 @@ request. Nothing here opens, renders or runs a file: it is stored and passed on 
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import date
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -185,3 +187,45 @@ def save_to_workspace(workspace: Path, name: str, data: bytes, *, today: date) -
             f.write(data)
         return path.relative_to(root).as_posix()
     raise FileExistsError(f"too many files named {stem} in {folder}")
+
+
+@dataclass(kw_only=True, slots=True)
+class Incoming:
+    """A file a platform says a message carries, before it is downloaded."""
+
+    name: str
+    media_type: str
+    size: int | None
+    """As the platform reports it (None if it does not); checked again once downloaded."""
+    fetch: Callable[[], Awaitable[bytes]]
+    """Downloads it through the platform's SDK."""
+
+
+@dataclass(kw_only=True, slots=True)
+class MediaIntake:
+    """What adapters hand an inbound message's files to, before the platform is
+    acknowledged: the limits are checked on what the platform reports, then each file is
+    downloaded, stored in the blob store and copied to the workspace's inbox/."""
+
+    blobs: BlobStore
+    workspace: Path
+    limits: MediaLimits = field(default_factory=MediaLimits)
+
+    async def take(self, files: Sequence[Incoming]) -> tuple[tuple[Attachment, ...], str]:
+        """The stored attachments, or none and the polite refusal for the sender."""
+        try:
+            self.limits.check([(f.name, f.media_type, f.size or 0) for f in files])
+            got = [(f, await f.fetch()) for f in files]
+            self.limits.check([(f.name, f.media_type, len(data)) for f, data in got])
+        except MediaRejected as refused:
+            return (), str(refused)
+        stored: list[Attachment] = []
+        for f, data in got:
+            name = safe_name(f.name)  # what the model is shown, too
+            attachment = await self.blobs.put(data, media_type=f.media_type, name=name)
+            save = functools.partial(
+                save_to_workspace, self.workspace, name, data, today=date.today()
+            )
+            saved = await anyio.to_thread.run_sync(save)
+            stored.append(replace(attachment, saved_as=saved))
+        return tuple(stored), ""

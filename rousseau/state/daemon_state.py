@@ -13,6 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
+from rousseau.agent import Attachment, Content
 from rousseau.state.store import Store
 from rousseau.transports.base import Inbound, Outbound
 
@@ -81,6 +82,17 @@ def _code(row: tuple[str, str, str, str, float, float]) -> PairingCode:
     )
 
 
+def _files_json(attachments: tuple[Attachment, ...]) -> str | None:
+    if not attachments:
+        return None
+    return json.dumps([Content.of_attachment(a).to_dict() for a in attachments])
+
+
+def _files(stored: str | None) -> tuple[Attachment, ...]:
+    found = (Content.from_dict(d).attachment for d in json.loads(stored or "[]"))
+    return tuple(a for a in found if a is not None)
+
+
 class DaemonState:
     """Durable inbox/outbox bookkeeping on top of a Store."""
 
@@ -96,8 +108,8 @@ class DaemonState:
         def op(db: sqlite3.Connection) -> bool:
             cur = db.execute(
                 "INSERT OR IGNORE INTO inbox (transport, message_id, chat_id, sender_id,"
-                " thread_id, text, is_group, mentioned, at, status, received_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " thread_id, text, is_group, mentioned, at, status, received_at, attachments,"
+                " refusal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     inbound.transport,
                     inbound.message_id,
@@ -110,6 +122,8 @@ class DaemonState:
                     inbound.at,
                     status,
                     time.time(),
+                    _files_json(inbound.attachments),
+                    inbound.refusal,
                 ),
             )
             return cur.rowcount > 0
@@ -159,7 +173,8 @@ class DaemonState:
         def op(db: sqlite3.Connection) -> list[Inbound]:
             rows = db.execute(
                 "SELECT transport, chat_id, sender_id, message_id, text, is_group, mentioned,"
-                " thread_id, at FROM inbox WHERE status = 'pending' ORDER BY received_at"
+                " thread_id, at, attachments, refusal FROM inbox WHERE status = 'pending'"
+                " ORDER BY received_at"
             ).fetchall()
             return [
                 Inbound(
@@ -172,6 +187,8 @@ class DaemonState:
                     mentioned=bool(r[6]),
                     thread_id=r[7],
                     at=r[8],
+                    attachments=_files(r[9]),
+                    refusal=r[10],
                 )
                 for r in rows
             ]

@@ -279,6 +279,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "an index for the sweep of messages a summary replaced",
         ("CREATE INDEX messages_compacted ON messages(created_at) WHERE compacted = 1",),
     ),
+    Migration(
+        12,
+        "inbox: the files a message carried, and the refusal its sender was given",
+        (
+            "ALTER TABLE inbox ADD COLUMN attachments TEXT",  # a JSON list, or NULL
+            "ALTER TABLE inbox ADD COLUMN refusal TEXT NOT NULL DEFAULT ''",
+        ),
+    ),
 )
 
 

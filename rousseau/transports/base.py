@@ -13,7 +13,7 @@ from urllib.parse import quote
 import anyio
 from anyio.abc import TaskStatus
 
-from rousseau.agent import TransportError
+from rousseau.agent import Attachment, TransportError
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -33,6 +33,11 @@ class Inbound:
     """Where the platform has threads: the thread to answer in."""
     sender_name: str = ""
     at: float = field(default_factory=time.time)
+    attachments: tuple[Attachment, ...] = ()
+    """Files it carried, already stored (and copied to the workspace) by the adapter."""
+    refusal: str = ""
+    """Set when its files were refused (too large, a type not taken in): the reply the
+    sender gets instead of an answer, with no model call."""
 
     @property
     def session_key(self) -> str:

@@ -7,9 +7,11 @@ persisted it, so a crash never loses a message; Telegram redelivers what was not
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -17,6 +19,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram_http import AiohttpRequest
@@ -27,7 +30,7 @@ os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 try:
     import telegram
-    from telegram.error import InvalidToken, RetryAfter, TelegramError
+    from telegram.error import BadRequest, InvalidToken, RetryAfter, TelegramError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the telegram transport", "telegram") from exc
 
@@ -56,8 +59,13 @@ class TelegramTransport:
             AiohttpRequest(connections=1, read_timeout=poll_timeout + 10),
         )
         self.bot = telegram.Bot(
-            token, base_url=root, request=self._requests[0], get_updates_request=self._requests[1]
+            token,
+            base_url=root,
+            base_file_url=root.removesuffix("/bot") + "/file/bot",
+            request=self._requests[0],
+            get_updates_request=self._requests[1],
         )
+        self.media: MediaIntake | None = None
         self.poll_timeout = poll_timeout
         self._connected = False
         self._scope: anyio.CancelScope | None = None
@@ -70,6 +78,10 @@ class TelegramTransport:
 
     def bind_state(self, state: KeyValue) -> None:
         """Telegram keeps nothing: the update offset lives on Telegram's side."""
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take photos, documents, voice notes and audio in (unbound, only their captions)."""
+        self.media = media
 
     def _failed(self, doing: str, exc: TelegramError) -> TransportError:
         """The SDK's error in rousseau's tree; an invalid token is permanent."""
@@ -122,6 +134,8 @@ class TelegramTransport:
         self._connected = True
         for update_id, update in updates:
             inbound = self._inbound(update_id, update)
+            if inbound is not None:
+                inbound = await self._with_files(inbound, update)
             if inbound is not None:
                 await handler(inbound)  # persisted: now it may be acknowledged
             if update is not None and update.callback_query is not None:
@@ -183,8 +197,8 @@ class TelegramTransport:
         message = update.message
         if message is None or message.from_user is None or message.from_user.is_bot:
             return None  # edits, channel posts, our own and other bots' messages
-        text = message.text or message.caption
-        if not text:
+        text = message.text or message.caption or ""
+        if not text and not (self.media is not None and _files(message)):
             return None
         chat = message.chat
         is_group = chat.type in _GROUPS
@@ -202,6 +216,37 @@ class TelegramTransport:
             sender_name=message.from_user.full_name or "",
             at=message.date.timestamp() if message.date else 0.0,
         )
+
+    async def _with_files(self, inbound: Inbound, update: Any) -> Inbound | None:
+        """The inbound with its files downloaded and stored (or the refusal its sender gets);
+        before the update is acknowledged, so a crash fetches them again. A file the Bot API
+        will not give (gone, or past its 20 MB download limit) is told by a stand-in."""
+        message = update.message
+        files = _files(message) if self.media is not None and message is not None else []
+        if not files or self.media is None:
+            return inbound
+        incoming = [
+            Incoming(
+                name=name,
+                media_type=media_type,
+                size=size,
+                fetch=functools.partial(self._download, file_id),
+            )
+            for file_id, name, media_type, size in files
+        ]
+        try:
+            attachments, refusal = await self.media.take(incoming)
+        except BadRequest as exc:
+            log.warning("telegram.file_unavailable", error=str(exc))
+            note = "[a file was attached but could not be downloaded]"
+            return replace(inbound, text=f"{inbound.text}\n{note}".strip())
+        except TelegramError as exc:  # the network: this update is polled again
+            raise self._failed("downloading a file failed", exc) from exc
+        return replace(inbound, attachments=attachments, refusal=refusal)
+
+    async def _download(self, file_id: str) -> bytes:
+        file = await self.bot.get_file(file_id)
+        return bytes(await file.download_as_bytearray())
 
     def _mentions(self, message: Any, text: str) -> tuple[str, bool]:
         """Whether the bot is addressed (mention, reply, /cmd@bot), and the text to keep.
@@ -294,6 +339,28 @@ class TelegramTransport:
             pass
         for request in self._requests:  # also after a failed start, which shutdown() skips
             await request.shutdown()
+
+
+def _files(message: Any) -> list[tuple[str, str, str, int | None]]:
+    """(file id, name, media type, size) of each file a message carries: the largest size
+    of a photo, a document, a voice note or an audio file."""
+    n = message.message_id
+    found: list[tuple[str, str, str, int | None]] = []
+    if message.photo:
+        largest = message.photo[-1]
+        found.append((largest.file_id, f"photo_{n}.jpg", "image/jpeg", largest.file_size))
+    if message.document is not None:
+        d = message.document
+        media_type = d.mime_type or "application/octet-stream"
+        found.append((d.file_id, d.file_name or f"file_{n}", media_type, d.file_size))
+    if message.voice is not None:
+        v = message.voice
+        found.append((v.file_id, f"voice_{n}.ogg", v.mime_type or "audio/ogg", v.file_size))
+    if message.audio is not None:
+        a = message.audio
+        name = a.file_name or f"audio_{n}"
+        found.append((a.file_id, name, a.mime_type or "audio/mpeg", a.file_size))
+    return found
 
 
 def _seconds(exc: RetryAfter) -> float:

@@ -50,6 +50,10 @@ class Sent:
     at: float = field(default_factory=time.time)
 
 
+PHOTO = b"\xff\xd8\xff\xe0" + b"\x00\x10JFIF" + bytes(range(256)) + b"\xff\xd9"
+"""The bytes of the photo a `caption=True` push carries (a JPEG's markers around filler)."""
+
+
 class FakeTelegram:
     def __init__(self, token: str = "123456:TEST-token") -> None:
         self.token = token
@@ -73,6 +77,10 @@ class FakeTelegram:
         """Called with each message the bot sends once it is recorded, in the server's thread."""
         self.call_counts: Counter[str] = Counter()
         self.pushed_at: dict[str, float] = {}
+        self.files: dict[str, bytes] = {"photo-1": PHOTO}
+        """What getFile and the file download path serve, by file id."""
+        self.downloads: list[str] = []
+        """File ids downloaded, in order."""
         self._cond = threading.Condition()
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(1)
@@ -129,11 +137,13 @@ class FakeTelegram:
         from_bot: bool = False,
         update_id: int | None = None,
         message_id: int | None = None,
+        attach: tuple[str, bytes, str, str] | None = None,
     ) -> dict[str, Any]:
         """Queue an update as Telegram would deliver it; returns it (push it again to double).
 
         `mention` names the bot before `text`, after `prefix`; `caption` sends a photo with the
-        text as its caption.
+        text as its caption. `attach` = (photo | document | voice | audio, bytes, file name,
+        media type) sends that file, `text` (if any) as its caption; getFile serves it.
         """
         if mention:
             text = f"@{BOT_USERNAME} {text}"
@@ -149,7 +159,29 @@ class FakeTelegram:
             "from": {"id": user_id, "is_bot": from_bot, "first_name": f"User{user_id}"},
         }
         marked = entities(text)
-        if caption:
+        if attach is not None:
+            kind, data, name, media_type = attach
+            file_id = f"{kind}-{len(self.files) + 1}"
+            self.files[file_id] = data
+            described = {
+                "file_id": file_id,
+                "file_unique_id": "u" + file_id,
+                "file_size": len(data),
+            }
+            if kind == "photo":
+                message["photo"] = [
+                    {**described, "file_id": file_id + "-small", "width": 90, "height": 60},
+                    {**described, "width": 1280, "height": 960},
+                ]
+            elif kind == "voice":
+                message["voice"] = {**described, "duration": 3, "mime_type": media_type}
+            else:
+                message[kind] = {**described, "file_name": name, "mime_type": media_type}
+            if text:
+                message["caption"] = text
+                if marked:
+                    message["caption_entities"] = marked
+        elif caption:
             message["photo"] = [
                 {"file_id": "photo-1", "file_unique_id": "p1", "width": 90, "height": 60}
             ]
@@ -225,6 +257,9 @@ class FakeTelegram:
         if path.startswith("/control/"):
             self._control(handler, path, raw)
             return
+        if path.startswith(f"/file/bot{self.token}/files/"):
+            self._download(handler, path.rsplit("/", 1)[-1])
+            return
         prefix = f"/bot{self.token}/"
         method = path.rsplit("/", 1)[-1]
         self.calls.append(method)
@@ -289,6 +324,36 @@ class FakeTelegram:
             handler.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def _download(self, handler: BaseHTTPRequestHandler, file_id: str) -> None:
+        """The file download path: GET /file/bot<token>/<file_path>."""
+        data = self.files.get(file_id)
+        if data is None:
+            self._reply(handler, 404, {"ok": False, "error_code": 404, "description": "Not Found"})
+            return
+        self.downloads.append(file_id)
+        try:
+            handler.send_response(200)
+            handler.send_header("content-type", "application/octet-stream")
+            handler.send_header("content-length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _api_getFile(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        file_id = str(params.get("file_id"))
+        data = self.files.get(file_id)
+        if data is None:
+            bad = {"ok": False, "error_code": 400, "description": "Bad Request: invalid file_id"}
+            return 400, bad
+        result = {
+            "file_id": file_id,
+            "file_unique_id": "u" + file_id,
+            "file_size": len(data),
+            "file_path": f"files/{file_id}",
+        }
+        return 200, {"ok": True, "result": result}
 
     def _api_getMe(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return 200, {

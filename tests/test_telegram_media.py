@@ -1,0 +1,99 @@
+"""Files through `rousseau run` on Telegram: python-telegram-bot's getFile and the file
+download path against the fake Bot API, the blob store and the workspace copy, the model's
+request (the OpenAI SDK to the fake model), and the limits."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+
+from tests.fakes.llm import FakeLLMServer
+from tests.fakes.telegram import PHOTO, FakeTelegram
+from tests.faults.support import edit_config
+from tests.test_daemon import Daemon, daemon, llm, telegram  # noqa: F401 - fixtures
+
+PDF = b"%PDF-1.4\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n"
+TODAY = datetime.date.today().isoformat()
+
+
+def user_content(server: FakeLLMServer) -> list[object] | str:
+    [request] = [r for r in server.posts() if r.path.endswith("/chat/completions")]
+    return request.body["messages"][-1]["content"]
+
+
+def test_a_photo_with_a_caption_reaches_the_model_as_an_image(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    daemon.start()
+    telegram.push("what is on this receipt?", attach=("photo", PHOTO, "", "image/jpeg"))
+    [sent] = telegram.wait_sent(1)
+    assert sent.text.startswith("echo: ")
+    assert user_content(llm) == [
+        {"type": "text", "text": "what is on this receipt?"},
+        {
+            "type": "image_url",
+            "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(PHOTO).decode()},
+        },
+    ]
+    assert telegram.downloads == ["photo-2"]  # the largest size, once
+    sha = hashlib.sha256(PHOTO).hexdigest()
+    media = daemon.config.parent / "media"
+    assert (media / sha[:2] / sha).read_bytes() == PHOTO
+    [saved] = (daemon.config.parent / "ws" / "inbox" / TODAY).iterdir()
+    assert saved.read_bytes() == PHOTO
+
+
+def test_a_photo_alone_is_answered(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    daemon.start()
+    telegram.push("", attach=("photo", PHOTO, "", "image/jpeg"))
+    telegram.wait_sent(1)
+    content = user_content(llm)
+    assert isinstance(content, list) and [p["type"] for p in content] == ["image_url"]
+
+
+def test_a_pdf_lands_in_the_workspace_and_the_model_is_told_where(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    daemon.start()
+    telegram.push("summarise", attach=("document", PDF, "../../q3 report.pdf", "application/pdf"))
+    telegram.wait_sent(1)
+    saved = f"inbox/{TODAY}/q3 report.pdf"
+    assert (daemon.config.parent / "ws" / saved).read_bytes() == PDF
+    assert user_content(llm) == [
+        {"type": "text", "text": f"summarise\n[file: q3 report.pdf, 48 bytes, saved as {saved}]"}
+    ]
+
+
+def test_a_file_over_the_limit_gets_a_polite_reply_and_no_model_call(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(daemon, lambda c: c.update(media={"max_bytes": 100}))
+    daemon.start()
+    telegram.push("read this", attach=("document", PDF * 3, "big.pdf", "application/pdf"))
+    [sent] = telegram.wait_sent(1)
+    assert sent.text == "Sorry, big.pdf is too large (0.0 MB); the limit is 0.0 MB."
+    assert telegram.downloads == []  # refused on what the Bot API said, before downloading
+    assert not [r for r in llm.posts() if r.path.endswith("/chat/completions")]
+
+
+def test_a_file_the_bot_api_will_not_give_is_noted_and_the_message_answered(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    daemon.start()
+    update = telegram.push("look", attach=("document", PDF, "gone.pdf", "application/pdf"))
+    telegram.files.pop(update["message"]["document"]["file_id"])
+    telegram.wait_sent(1)
+    assert user_content(llm) == "look\n[a file was attached but could not be downloaded]"
