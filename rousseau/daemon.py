@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,6 +31,7 @@ from rousseau.backoff import backoff
 from rousseau.config import Config, HealthConfig, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
+from rousseau.media.tool import SendFileTool
 from rousseau.metrics import LagProbe, Metrics
 from rousseau.policy import ChatPolicy, RateLimiter
 from rousseau.policy import chat_policies as configured_policies
@@ -39,6 +41,7 @@ from rousseau.router import Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
 from rousseau.state.lock import DaemonLock
+from rousseau.tools.fs import Workspace
 from rousseau.transports import build_transports
 from rousseau.transports.base import Transport
 
@@ -133,7 +136,7 @@ class Daemon:
                 await anyio.to_thread.run_sync(load_shell_parser)  # for bash rules: 0.2 s
             provider: Provider | None = None
             try:
-                intake = media_intake(config)
+                intake = self._media = media_intake(config)
                 for name, transport in self.transports.items():
                     transport.bind_state(TransportState(store, name))
                     bind_media = getattr(transport, "bind_media", None)
@@ -191,6 +194,14 @@ class Daemon:
         registry = self._registry = build_registry(config)
         self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
         registry.register(self._cron_tool)
+        file_limits = {
+            name: int(limit)
+            for name, transport in self.transports.items()
+            if (limit := getattr(transport, "max_file_bytes", None))
+        }
+        if file_limits:  # a transport that can send files: the model may attach some
+            workspace = Workspace(Path(config.agent.workspace).expanduser())
+            registry.register(SendFileTool(workspace, self._media.blobs, file_limits))
         ac = config.agent.approver
         approvals = (
             ChatApprovals(owners=ac.owners, timeout=ac.approval_timeout) if ac is not None else None

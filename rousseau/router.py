@@ -12,7 +12,7 @@ import secrets
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -21,7 +21,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from rousseau.agent import Agent, Content, Message, Role, Session, StoreError
+from rousseau.agent import Agent, Attachment, Content, Message, Role, Session, StoreError
 from rousseau.approvals import ChatApprovals
 from rousseau.backoff import backoff
 from rousseau.delivery import Courier
@@ -30,7 +30,13 @@ from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
 from rousseau.state.store import StoreFullError
-from rousseau.transports.base import Inbound, Outbound, Transport, current_inbound
+from rousseau.transports.base import (
+    Inbound,
+    Outbound,
+    Transport,
+    current_inbound,
+    outgoing_files,
+)
 from rousseau.transports.split import split_message
 
 __all__ = ["FAILED_REPLY", "ChatPolicy", "RateLimiter", "Router", "ShuttingDown"]
@@ -262,7 +268,10 @@ class Router:
                     return
                 if not appended:
                     await self._append_user(session, inbound)
-                await self._reply(inbound, await self._turn(session, inbound))
+                files: list[tuple[Attachment, str]] = []
+                outgoing_files.set(files)  # what send_file adds goes out with the answer
+                answer = await self._turn(session, inbound)
+                await self._reply(inbound, answer, files=files)
 
     async def _append_user(self, session: Session, inbound: Inbound) -> None:
         text = _user_text(inbound)
@@ -367,10 +376,16 @@ class Router:
             await anyio.sleep(TYPING_EVERY)
 
     async def _reply(
-        self, inbound: Inbound, text: str, *, finish: bool = True, error: str | None = None
+        self,
+        inbound: Inbound,
+        text: str,
+        *,
+        finish: bool = True,
+        error: str | None = None,
+        files: Sequence[tuple[Attachment, str]] = (),
     ) -> None:
-        """Queue the reply, split for the platform, marking the inbound done (or failed,
-        with `error`) in one step."""
+        """Queue the reply, split for the platform, then any files the turn sent, marking
+        the inbound done (or failed, with `error`) in one step."""
         parts = self._parts(
             inbound.transport,
             inbound.chat_id,
@@ -378,6 +393,16 @@ class Router:
             thread_id=inbound.thread_id,
             reply_to=inbound.message_id,
         )
+        parts += [
+            Outbound(
+                transport=inbound.transport,
+                chat_id=inbound.chat_id,
+                thread_id=inbound.thread_id,
+                text=caption,
+                attachment=attachment,
+            )
+            for attachment, caption in files
+        ]
         await self.state.finish(inbound if finish else None, parts, error=error)
         if parts:
             self.wake(inbound.transport)

@@ -8,7 +8,7 @@ import base64
 import datetime
 import hashlib
 
-from tests.fakes.llm import FakeLLMServer
+from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.fakes.telegram import PHOTO, FakeTelegram
 from tests.faults.support import edit_config
 from tests.test_daemon import Daemon, daemon, llm, telegram  # noqa: F401 - fixtures
@@ -97,3 +97,40 @@ def test_a_file_the_bot_api_will_not_give_is_noted_and_the_message_answered(
     telegram.files.pop(update["message"]["document"]["file_id"])
     telegram.wait_sent(1)
     assert user_content(llm) == "look\n[a file was attached but could not be downloaded]"
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(100)
+CSV = b"month,total\n11,42\n"
+
+
+def send_files_then_answer(recorded: Recorded) -> Reply:
+    """Asked for files: send chart.png and table.csv, then answer."""
+    if recorded.body["messages"][-1]["role"] == "tool":
+        return openai_stream(openai_completion("Here they are."))
+    calls = [
+        ("send_file", {"path": "chart.png", "caption": "November"}),
+        ("send_file", {"path": "table.csv"}),
+    ]
+    return openai_stream(openai_completion(tool_calls=calls))
+
+
+def test_send_file_delivers_an_image_as_a_photo_and_a_csv_as_a_document(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(
+        daemon,
+        lambda c: c["agent"].update(approver={"allow": [{"tool": "send_file"}]}),
+    )
+    (daemon.config.parent / "ws").mkdir()
+    (daemon.config.parent / "ws" / "chart.png").write_bytes(PNG)
+    (daemon.config.parent / "ws" / "table.csv").write_bytes(CSV)
+    llm.responder = send_files_then_answer
+    daemon.start()
+    telegram.push("send me the chart and the table")
+    answer, photo, document = telegram.wait_sent(3)
+    assert answer.text == "Here they are."
+    assert (photo.params["_kind"], photo.text, photo.params["_data"]) == ("photo", "November", PNG)
+    assert (document.params["_kind"], document.params["_filename"]) == ("document", "table.csv")
+    assert document.params["_data"] == CSV and document.text == ""

@@ -206,8 +206,8 @@ class DaemonState:
         def op(db: sqlite3.Connection) -> None:
             db.executemany(
                 "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
-                " next_attempt_at, created_at, buttons)"
-                " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                " next_attempt_at, created_at, buttons, attachment)"
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
                 [
                     (
                         p.transport,
@@ -218,6 +218,7 @@ class DaemonState:
                         now,
                         now,
                         json.dumps(list(p.buttons)) if p.buttons else None,
+                        _files_json((p.attachment,) if p.attachment else ()),
                     )
                     for p in parts
                 ],
@@ -240,8 +241,8 @@ class DaemonState:
 
         def op(db: sqlite3.Connection) -> list[OutboxRow]:
             rows = db.execute(
-                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts, buttons"
-                " FROM outbox o"
+                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts, buttons,"
+                " attachment FROM outbox o"
                 " WHERE status = 'pending' AND transport = ?1 AND next_attempt_at <= ?2"
                 " AND chat_id NOT IN (SELECT value FROM json_each(?4))"
                 # A part never overtakes an earlier one of its chat that waits for a retry.
@@ -261,6 +262,7 @@ class DaemonState:
                         reply_to=r[4],
                         text=r[5],
                         buttons=tuple(json.loads(r[7])) if r[7] else (),
+                        attachment=next(iter(_files(r[8])), None),
                     ),
                     attempts=r[6],
                 )

@@ -287,6 +287,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE inbox ADD COLUMN refusal TEXT NOT NULL DEFAULT ''",
         ),
     ),
+    Migration(
+        13,
+        "outbox: a file to send, its text the caption",
+        ("ALTER TABLE outbox ADD COLUMN attachment TEXT",),  # a JSON object, or NULL
+    ),
 )
 
 

@@ -60,10 +60,18 @@ class Outbound:
     """Answers offered as buttons where the platform has them; pressing one arrives as an
     ordinary message with that text from whoever pressed it (the text itself says how to
     answer where there are no buttons)."""
+    attachment: Attachment | None = None
+    """A file to send, `text` being its caption (only to transports with `max_file_bytes`)."""
 
 
 current_inbound: ContextVar[Inbound | None] = ContextVar("current_inbound", default=None)
 """The message whose turn is running, for tools that act on "this chat" (the router sets it)."""
+
+outgoing_files: ContextVar[list[tuple[Attachment, str]] | None] = ContextVar(
+    "outgoing_files", default=None
+)
+"""Files (with captions) the running turn asked to send to its chat; the router queues them
+with the turn's answer, in the same transaction (so each goes out exactly once)."""
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
 """Takes an inbound message and returns once it is safely persisted (then the adapter acks)."""

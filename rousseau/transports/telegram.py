@@ -18,7 +18,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.agent import Attachment, MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 from rousseau.transports.split import utf16_len
@@ -37,6 +37,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 log = structlog.get_logger("rousseau.telegram")
 
 MAX_LENGTH = 4096
+MAX_FILE_BYTES = 50_000_000
+"""The largest file a bot may send (through the cloud Bot API)."""
+MAX_PHOTO_BYTES = 10_000_000
+"""Photos larger than this go as documents."""
+_PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp"})
 POLL_TIMEOUT = 25
 POLL_LIMIT = 20
 """Updates asked for per poll. The SDK parses a whole batch in one go on the event loop (about
@@ -47,6 +52,7 @@ _GROUPS = ("group", "supergroup")
 class TelegramTransport:
     name = "telegram"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(utf16_len)
 
     def __init__(
@@ -300,9 +306,12 @@ class TelegramTransport:
         for _ in range(5):
             try:
                 await self.bot.initialize()  # at once if done: `rousseau send` has no run()
-                await self.bot.send_message(
-                    chat_id=int(message.chat_id), text=message.text, **params
-                )
+                if message.attachment is not None:
+                    await self._send_file(message, message.attachment, params)
+                else:
+                    await self.bot.send_message(
+                        chat_id=int(message.chat_id), text=message.text, **params
+                    )
                 return
             except RetryAfter as exc:
                 delay = _seconds(exc)
@@ -311,6 +320,29 @@ class TelegramTransport:
             except TelegramError as exc:
                 raise self._failed("sending failed", exc) from exc
         raise TransportError("telegram: flood control did not clear")
+
+    async def _send_file(
+        self, message: Outbound, attachment: Attachment, params: dict[str, Any]
+    ) -> None:
+        """A photo where Telegram shows one inline (JPEG, PNG, WebP up to 10 MB), else a
+        document under its own name; the text is the caption."""
+        data = await self.media.blobs.read(attachment.sha256) if self.media else None
+        if data is None:  # gone from the blob store: say so rather than drop it silently
+            text = f"{message.text}\n{attachment.stand_in()} (the file is no longer stored)"
+            await self.bot.send_message(chat_id=int(message.chat_id), text=text.strip())
+            return
+        chat = int(message.chat_id)
+        caption = message.text or None
+        if attachment.media_type in _PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
+            await self.bot.send_photo(chat_id=chat, photo=data, caption=caption, **params)
+        else:
+            await self.bot.send_document(
+                chat_id=chat,
+                document=data,
+                filename=attachment.name or "file",
+                caption=caption,
+                **params,
+            )
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         try:

@@ -9,6 +9,7 @@ counts them.
 
 from __future__ import annotations
 
+import email.policy
 import itertools
 import json
 import re
@@ -17,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
@@ -306,6 +308,8 @@ class FakeTelegram:
         kind = handler.headers.get("content-type", "")
         if "json" in kind:
             return dict(json.loads(raw or b"{}"))
+        if kind.startswith("multipart/form-data"):
+            return _form(kind, raw)
         out: dict[str, Any] = {}
         for key, values in parse_qs(raw.decode()).items():
             try:
@@ -422,6 +426,45 @@ class FakeTelegram:
             },
         }
 
+    def _api_sendPhoto(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self._file_sent("photo", params)
+
+    def _api_sendDocument(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self._file_sent("document", params)
+
+    def _file_sent(self, kind: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A file the bot uploaded: kept as a Sent whose text is the caption and whose
+        params hold `_kind`, `_filename` and `_data` (the uploaded bytes)."""
+        upload = params.get(kind)
+        if not isinstance(upload, tuple):
+            return 400, {"ok": False, "error_code": 400, "description": f"Bad Request: no {kind}"}
+        filename, data = upload
+        chat_id = int(params["chat_id"])
+        sent = Sent(
+            chat_id=chat_id,
+            text=str(params.get("caption") or ""),
+            params={**params, "_kind": kind, "_filename": filename, "_data": data},
+        )
+        self.sent.append(sent)
+        if self.on_sent is not None:
+            self.on_sent(sent)
+        described = {
+            "file_id": f"sent-{len(self.sent)}",
+            "file_unique_id": "u",
+            "file_size": len(data),
+        }
+        media: Any = [{**described, "width": 1, "height": 1}] if kind == "photo" else described
+        return 200, {
+            "ok": True,
+            "result": {
+                "message_id": next(self._message_ids),
+                "date": int(time.time()),
+                "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+                "from": {"id": BOT_ID, "is_bot": True, "first_name": "Rousseau"},
+                kind: media,
+            },
+        }
+
     def _api_answerCallbackQuery(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.answered.append(str(params["callback_query_id"]))
         return 200, {"ok": True, "result": True}
@@ -443,3 +486,25 @@ if __name__ == "__main__":
             time.sleep(3600)
     except KeyboardInterrupt:
         server.stop()
+
+
+def _form(content_type: str, raw: bytes) -> dict[str, Any]:
+    """A multipart/form-data body as the Bot API reads it: fields (JSON-decoded where they
+    are JSON) and uploaded files as (filename, bytes)."""
+    parsed = BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"content-type: {content_type}\r\n\r\n".encode() + raw
+    )
+    out: dict[str, Any] = {}
+    for part in parsed.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True) or b""
+        filename = part.get_filename()
+        if filename is not None:
+            out[str(name)] = (filename, payload)
+            continue
+        value = payload.decode()
+        try:
+            out[str(name)] = json.loads(value)
+        except ValueError:
+            out[str(name)] = value
+    return out

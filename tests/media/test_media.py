@@ -144,3 +144,32 @@ async def test_attachments_survive_the_store_and_reach_the_provider(tmp_path: Pa
     no_media = Agent(FunctionProvider(answer))
     await no_media.turn(Session(id="s2", messages=list(loaded.messages[:1])))
     assert seen[1].media == {}
+
+
+async def test_files_in_and_out_are_durable_with_their_messages(tmp_path: Path) -> None:
+    """An inbound's files come back with it on a replay; a file queued with an answer is a
+    row of the outbox like text, so it goes out once whatever restarts in between."""
+    from rousseau.state.daemon_state import DaemonState
+    from rousseau.transports.base import Inbound, Outbound
+
+    photo = Attachment(sha256="a" * 64, media_type="image/png", size=3, name="p.png")
+    inbound = Inbound(
+        transport="telegram",
+        chat_id="42",
+        sender_id="42",
+        message_id="42:7",
+        text="",
+        attachments=(photo,),
+    )
+    path = str(tmp_path / "s.db")
+    with Store(path) as store:
+        assert await DaemonState(store).accept(inbound)
+    with Store(path) as store:  # a restart
+        state = DaemonState(store)
+        [pending] = await state.pending()
+        assert pending.attachments == (photo,) and pending.refusal == ""
+        part = Outbound(transport="telegram", chat_id="42", text="Nov", attachment=photo)
+        await state.finish(pending, [part])
+    with Store(path) as store:  # another one, before delivery
+        [row] = await DaemonState(store).due("telegram")
+        assert row.message == part
