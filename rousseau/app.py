@@ -151,10 +151,20 @@ def media_intake(config: Config) -> MediaIntake:
     """Where inbound files go: the blob store, the workspace's inbox/, the limits."""
     from rousseau.media import BlobStore, MediaLimits
 
+    t = config.media.transcription
+    transcriber = None
+    if t is not None:
+        from rousseau.media.transcribe import Transcriber
+
+        key = t.api_key.get_secret_value() if t.api_key is not None else None
+        transcriber = Transcriber(
+            base_url=t.base_url, api_key=key, model=t.model, timeout=t.timeout
+        )
     return MediaIntake(
         blobs=BlobStore(folder=config.state.media_folder()),
         workspace=Path(config.agent.workspace).expanduser(),
         limits=MediaLimits(max_bytes=config.media.max_bytes, types=tuple(config.media.types)),
+        transcriber=transcriber,
     )
 
 

@@ -370,12 +370,26 @@ def _media_types() -> list[str]:
     return list(DEFAULT_TYPES)
 
 
+class TranscriptionConfig(Section):
+    base_url: str
+    """An OpenAI-compatible server with /audio/transcriptions: https://api.openai.com/v1,
+    https://api.groq.com/openai/v1, or a local whisper server."""
+    api_key: SecretStr | None = None
+    """Its key, if it needs one."""
+    model: str = "whisper-1"
+    """The speech-to-text model."""
+    timeout: Duration = 120.0
+    """The longest one transcription may take."""
+
+
 class MediaConfig(Section):
     max_bytes: int = Field(default=20_000_000, ge=1)
     """The largest attachment taken in, and the most one message's attachments may weigh
     together; past it the sender gets a polite reply and the model is not called."""
     types: list[str] = Field(default_factory=_media_types)
     """Media types taken in (type/* patterns allowed); no SVG or HTML by default."""
+    transcription: TranscriptionConfig | None = None
+    """Where voice notes are turned into text; unset, the model is told one was sent."""
 
 
 class CronConfig(Section):

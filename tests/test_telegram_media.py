@@ -8,10 +8,17 @@ import base64
 import datetime
 import hashlib
 
-from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
+from tests.fakes.llm import (
+    FakeLLMServer,
+    JSONReply,
+    Recorded,
+    Reply,
+    openai_completion,
+    openai_stream,
+)
 from tests.fakes.telegram import PHOTO, FakeTelegram
 from tests.faults.support import edit_config
-from tests.test_daemon import Daemon, daemon, llm, telegram  # noqa: F401 - fixtures
+from tests.test_daemon import Daemon, daemon, llm, model, telegram  # noqa: F401 - fixtures
 
 PDF = b"%PDF-1.4\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n"
 TODAY = datetime.date.today().isoformat()
@@ -134,3 +141,57 @@ def test_send_file_delivers_an_image_as_a_photo_and_a_csv_as_a_document(
     assert (photo.params["_kind"], photo.text, photo.params["_data"]) == ("photo", "November", PNG)
     assert (document.params["_kind"], document.params["_filename"]) == ("document", "table.csv")
     assert document.params["_data"] == CSV and document.text == ""
+
+
+OGG = b"OggS" + bytes(200)
+
+
+def transcribing(recorded: Recorded) -> Reply:
+    """A whisper server at /audio/transcriptions beside the echoing chat model."""
+    if recorded.path.endswith("/audio/transcriptions"):
+        return JSONReply({"text": "remind me to buy milk"})
+    return model(recorded)
+
+
+def test_a_voice_note_is_transcribed_and_answered_from_the_transcript(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(
+        daemon,
+        lambda c: c.update(
+            media={"transcription": {"base_url": llm.url + "/v1", "model": "whisper-test"}}
+        ),
+    )
+    llm.responder = transcribing
+    daemon.start()
+    telegram.push("", attach=("voice", OGG, "", "audio/ogg"))
+    [sent] = telegram.wait_sent(1)
+    [upload] = [r for r in llm.posts() if r.path.endswith("/audio/transcriptions")]
+    assert "whisper-test" in upload.body["_raw"]
+    assert user_content(llm) == [
+        {
+            "type": "text",
+            "text": "[voice note, 0:03] remind me to buy milk\n"
+            f"[audio: voice_1.ogg, 204 bytes, saved as inbox/{TODAY}/voice_1.ogg]",
+        }
+    ]
+    assert sent.text.startswith("echo: [voice note, 0:03] remind me to buy milk")
+
+
+def test_without_transcription_the_model_is_told_a_voice_note_came(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    daemon.start()
+    telegram.push("", attach=("voice", OGG, "", "audio/ogg"))
+    telegram.wait_sent(1)
+    assert user_content(llm) == [
+        {
+            "type": "text",
+            "text": "[voice note, 0:03] (not transcribed: media.transcription is not set up)\n"
+            f"[audio: voice_1.ogg, 204 bytes, saved as inbox/{TODAY}/voice_1.ogg]",
+        }
+    ]

@@ -19,10 +19,14 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Protocol
 
 import anyio
+import structlog
 
-from rousseau.agent import Attachment
+from rousseau.agent import Attachment, ProviderError
+
+log = structlog.get_logger("rousseau.media")
 
 DEFAULT_MAX_BYTES = 20_000_000
 DEFAULT_TYPES = (
@@ -199,6 +203,25 @@ class Incoming:
     """As the platform reports it (None if it does not); checked again once downloaded."""
     fetch: Callable[[], Awaitable[bytes]]
     """Downloads it through the platform's SDK."""
+    voice: bool = False
+    """A voice note (spoken to the bot), to be transcribed where that is set up."""
+    duration: float | None = None
+    """Seconds of audio, as the platform reports them."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Taken:
+    """What became of one message's files."""
+
+    attachments: tuple[Attachment, ...] = ()
+    refusal: str = ""
+    """Set when the files were refused: the polite reply, and nothing was stored."""
+    transcripts: tuple[str, ...] = ()
+    """One line per voice note: `[voice note, 0:42] what was said`."""
+
+
+class Transcribes(Protocol):
+    async def transcribe(self, data: bytes, *, name: str, media_type: str) -> str: ...
 
 
 @dataclass(kw_only=True, slots=True)
@@ -210,15 +233,17 @@ class MediaIntake:
     blobs: BlobStore
     workspace: Path
     limits: MediaLimits = field(default_factory=MediaLimits)
+    transcriber: Transcribes | None = None
 
-    async def take(self, files: Sequence[Incoming]) -> tuple[tuple[Attachment, ...], str]:
-        """The stored attachments, or none and the polite refusal for the sender."""
+    async def take(self, files: Sequence[Incoming]) -> Taken:
+        """The stored attachments (and voice notes' transcripts), or the polite refusal."""
         try:
             self.limits.check([(f.name, f.media_type, f.size or 0) for f in files])
             got = [(f, await f.fetch()) for f in files]
             self.limits.check([(f.name, f.media_type, len(data)) for f, data in got])
         except MediaRejected as refused:
-            return (), str(refused)
+            return Taken(refusal=str(refused))
+        transcripts = [await self._transcript(f, data) for f, data in got if f.voice]
         stored: list[Attachment] = []
         for f, data in got:
             name = safe_name(f.name)  # what the model is shown, too
@@ -228,4 +253,21 @@ class MediaIntake:
             )
             saved = await anyio.to_thread.run_sync(save)
             stored.append(replace(attachment, saved_as=saved))
-        return tuple(stored), ""
+        return Taken(attachments=tuple(stored), transcripts=tuple(transcripts))
+
+    async def _transcript(self, voice: Incoming, data: bytes) -> str:
+        """`[voice note, 0:42] what was said`, or a line saying why there is no text."""
+        label = "[voice note]"
+        if voice.duration is not None:
+            seconds = int(voice.duration)
+            label = f"[voice note, {seconds // 60}:{seconds % 60:02d}]"
+        if self.transcriber is None:
+            return f"{label} (not transcribed: media.transcription is not set up)"
+        try:
+            text = await self.transcriber.transcribe(
+                data, name=voice.name, media_type=voice.media_type
+            )
+        except ProviderError as exc:
+            log.warning("media.transcription_failed", error=str(exc))
+            return f"{label} (could not be transcribed)"
+        return f"{label} {text}" if text else f"{label} (nothing was said)"

@@ -231,24 +231,28 @@ class TelegramTransport:
         files = _files(message) if self.media is not None and message is not None else []
         if not files or self.media is None:
             return inbound
+        voice = message.voice
         incoming = [
             Incoming(
                 name=name,
                 media_type=media_type,
                 size=size,
                 fetch=functools.partial(self._download, file_id),
+                voice=voice is not None and file_id == voice.file_id,
+                duration=_seconds_of(voice.duration) if voice is not None else None,
             )
             for file_id, name, media_type, size in files
         ]
         try:
-            attachments, refusal = await self.media.take(incoming)
+            taken = await self.media.take(incoming)
         except BadRequest as exc:
             log.warning("telegram.file_unavailable", error=str(exc))
             note = "[a file was attached but could not be downloaded]"
             return replace(inbound, text=f"{inbound.text}\n{note}".strip())
         except TelegramError as exc:  # the network: this update is polled again
             raise self._failed("downloading a file failed", exc) from exc
-        return replace(inbound, attachments=attachments, refusal=refusal)
+        text = "\n".join(t for t in (inbound.text, *taken.transcripts) if t)
+        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
 
     async def _download(self, file_id: str) -> bytes:
         file = await self.bot.get_file(file_id)
@@ -393,6 +397,13 @@ def _files(message: Any) -> list[tuple[str, str, str, int | None]]:
         name = a.file_name or f"audio_{n}"
         found.append((a.file_id, name, a.mime_type or "audio/mpeg", a.file_size))
     return found
+
+
+def _seconds_of(duration: Any) -> float:
+    """A voice note's length: the SDK gives a timedelta (or, in older versions, seconds)."""
+    if isinstance(duration, datetime.timedelta):
+        return duration.total_seconds()
+    return float(duration or 0)
 
 
 def _seconds(exc: RetryAfter) -> float:
