@@ -226,6 +226,7 @@ class Daemon:
         )
         if approvals is not None:
             approvals.notify = router.notify
+        self._media.admits = router.admission.takes_files
         return router
 
     def _scheduler(self, router: Router, store: Store) -> Scheduler:

@@ -165,6 +165,14 @@ class Admission:
             return Admitted(verdict=Verdict.ANSWER, reply=self.denied_reply)
         return _DROP
 
+    async def takes_files(self, inbound: Inbound) -> bool:
+        """Whether this sender's files may be downloaded at all: one who is let in, in a
+        chat where the message is for the bot (a stranger's files never reach the disk)."""
+        policy = self.policy(inbound.transport)
+        if inbound.is_group and policy.require_mention and not inbound.mentioned:
+            return False
+        return await self._admitted(inbound, policy)
+
     async def _admitted(self, inbound: Inbound, policy: ChatPolicy) -> bool:
         if policy.policy == "open" or inbound.sender_id in policy.allowlist:
             return True

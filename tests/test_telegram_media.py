@@ -195,3 +195,22 @@ def test_without_transcription_the_model_is_told_a_voice_note_came(
             f"[audio: voice_1.ogg, 204 bytes, saved as inbox/{TODAY}/voice_1.ogg]",
         }
     ]
+
+
+def test_a_strangers_file_is_never_downloaded(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    daemon.start()
+    telegram.push(
+        "hi", user_id=666, chat_id=666, attach=("document", PDF, "x.pdf", "application/pdf")
+    )
+    telegram.push(
+        "hi", chat_id=-100, chat_type="supergroup", attach=("photo", PHOTO, "", "image/jpeg")
+    )
+    telegram.push("and you?")  # the owner, after both: once answered, both were handled
+    [sent] = telegram.wait_sent(1)
+    assert sent.text == "echo: and you?"
+    assert telegram.downloads == []
+    assert not (daemon.config.parent / "media").exists()

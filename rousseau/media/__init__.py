@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -234,6 +234,9 @@ class MediaIntake:
     workspace: Path
     limits: MediaLimits = field(default_factory=MediaLimits)
     transcriber: Transcribes | None = None
+    admits: Callable[[Any], Awaitable[bool]] | None = None
+    """Whether an inbound's sender may have files downloaded at all (the daemon sets the
+    router's admission check); adapters ask before fetching anything."""
 
     async def take(self, files: Sequence[Incoming]) -> Taken:
         """The stored attachments (and voice notes' transcripts), or the polite refusal."""

@@ -231,6 +231,8 @@ class TelegramTransport:
         files = _files(message) if self.media is not None and message is not None else []
         if not files or self.media is None:
             return inbound
+        if self.media.admits is not None and not await self.media.admits(inbound):
+            return inbound  # a stranger's (or a message not for the bot): nothing fetched
         voice = message.voice
         incoming = [
             Incoming(
