@@ -51,6 +51,9 @@ BACKOFF_CAP = 300.0
 CLOSE_TIMEOUT = 5.0
 """At shutdown, the longest any one close (a transport, the provider, the store) may take."""
 FIRST_SWEEP = 30.0
+BLOB_GRACE = 3600.0
+"""Seconds a stored file is kept before the sweep may delete it unused (a file stored for a
+message is recorded with it within moments)."""
 HEALTH_CONNECTIONS = 32
 """Health and metrics requests served at once; more are closed at once (each has 5 s)."""
 PUBLISH_EVERY = 2.0
@@ -354,6 +357,11 @@ class Daemon:
         while True:
             try:
                 deleted = await router.state.sweep(ages)
+                keep = await router.state.media_in_use()
+                prune = functools.partial(
+                    self._media.blobs.prune_sync, keep, older_than=time.time() - BLOB_GRACE
+                )
+                deleted["media"] = await anyio.to_thread.run_sync(prune)
                 for table, count in deleted.items():
                     if count:
                         self.metrics.pruned.labels(table).inc(count)

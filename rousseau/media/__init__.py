@@ -133,6 +133,26 @@ class BlobStore:
     async def read(self, sha256: str) -> bytes | None:
         return await anyio.to_thread.run_sync(self.read_sync, sha256)
 
+    def prune_sync(self, keep: set[str], *, older_than: float) -> int:
+        """Delete the blobs not in `keep` last written before `older_than` (a time.time());
+        how many went. The age spares a file stored a moment ago for a message that is not
+        recorded yet."""
+        removed = 0
+        if not self.folder.is_dir():
+            return 0
+        for bucket in os.scandir(self.folder):
+            if not bucket.is_dir(follow_symlinks=False):
+                continue
+            for entry in os.scandir(bucket.path):
+                if (
+                    _SHA256.fullmatch(entry.name)
+                    and entry.name not in keep
+                    and entry.stat(follow_symlinks=False).st_mtime < older_than
+                ):
+                    os.unlink(entry.path)
+                    removed += 1
+        return removed
+
     def remove_sync(self, sha256: str) -> bool:
         """Delete a blob (the caller knows nothing refers to it any more)."""
         try:

@@ -354,6 +354,28 @@ class DaemonState:
 
         return await self.store.call(op, write=True)
 
+    async def media_in_use(self) -> set[str]:
+        """The sha256 of every file a stored message, a pending inbound or an unsent reply
+        still refers to (what the blob sweep must keep)."""
+
+        def op(db: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            rows = db.execute("SELECT content FROM messages WHERE instr(content, '\"sha256\"') > 0")
+            for (content,) in rows:
+                found.update(
+                    str(block["sha256"])
+                    for block in json.loads(content)
+                    if isinstance(block, dict) and "sha256" in block
+                )
+            for (stored,) in db.execute(
+                "SELECT attachments FROM inbox WHERE attachments IS NOT NULL"
+                " UNION ALL SELECT attachment FROM outbox WHERE attachment IS NOT NULL"
+            ):
+                found.update(a.sha256 for a in _files(stored))
+            return found
+
+        return await self.store.call(op)
+
     # -- chats and sessions ---------------------------------------------------------------
 
     async def session_for(self, session_key: str) -> str | None:

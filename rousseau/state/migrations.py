@@ -292,6 +292,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "outbox: a file to send, its text the caption",
         ("ALTER TABLE outbox ADD COLUMN attachment TEXT",),  # a JSON object, or NULL
     ),
+    Migration(
+        14,
+        "an index of the messages that carry files, for the sweep of unused blobs",
+        ("CREATE INDEX messages_media ON messages(id) WHERE instr(content, '\"sha256\"') > 0",),
+    ),
 )
 
 

@@ -173,3 +173,31 @@ async def test_files_in_and_out_are_durable_with_their_messages(tmp_path: Path) 
     with Store(path) as store:  # another one, before delivery
         [row] = await DaemonState(store).due("telegram")
         assert row.message == part
+
+
+async def test_the_sweep_deletes_blobs_nothing_refers_to_once_they_are_old(tmp_path: Path) -> None:
+    from rousseau.state.daemon_state import DaemonState
+
+    blobs = BlobStore(folder=tmp_path / "media")
+    kept = await blobs.put(PNG, media_type="image/png", name="kept.png")
+    orphan = await blobs.put(b"orphan", media_type="text/plain", name="o.txt")
+    fresh = await blobs.put(b"fresh", media_type="text/plain", name="f.txt")
+    old = 1_000_000.0
+    for a in (kept, orphan):
+        os.utime(blobs.path_of(a.sha256), (old, old))
+    with Store(str(tmp_path / "s.db")) as store:
+        session = await store.create_session("s1")
+        message = Message(role=Role.USER, content=[Content.of_attachment(kept)])
+        await Agent(
+            FunctionProvider(lambda r: text_reply("ok")), options=Options(history=store)
+        ).append(session, message)
+        await store.flush()
+        state = DaemonState(store)
+        in_use = await state.media_in_use()
+        assert in_use == {kept.sha256}
+        assert blobs.prune_sync(in_use, older_than=old + 1) == 1  # the old orphan only
+        assert await blobs.read(kept.sha256) == PNG and await blobs.read(fresh.sha256) == b"fresh"
+        assert await blobs.read(orphan.sha256) is None
+        await store.delete_session("s1")  # its files go at the next sweep
+        assert blobs.prune_sync(await state.media_in_use(), older_than=old + 1) == 1
+        assert await blobs.read(kept.sha256) is None
