@@ -139,4 +139,5 @@ def _snapshot(request: Request) -> Request:
         messages=list(request.messages),
         tools=list(request.tools),
         cacheable_messages=request.cacheable_messages,
+        media=dict(request.media),
     )

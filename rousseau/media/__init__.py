@@ -59,16 +59,15 @@ class MediaLimits:
     types: tuple[str, ...] = DEFAULT_TYPES
     """Media types taken in; `type/*` patterns allowed."""
 
+    def allows(self, media_type: str) -> bool:
+        return any(fnmatchcase(media_type.lower(), t) for t in self.types)
+
     def check(self, attachments: list[tuple[str, str, int]]) -> None:
-        """Raise MediaRejected unless every (name, media type, size) is within the limits."""
+        """Raise MediaRejected unless every (name, media type, size) is within the size
+        limits, one by one and all together."""
         total = 0
         for name, media_type, size in attachments:
             label = name or media_type
-            if not any(fnmatchcase(media_type.lower(), t) for t in self.types):
-                raise MediaRejected(
-                    f"Sorry, I cannot take {label}: files of type {media_type}"
-                    " are not accepted here."
-                )
             if size > self.max_bytes:
                 raise MediaRejected(
                     f"Sorry, {label} is too large ({_mb(size)}); the limit is"
@@ -181,6 +180,7 @@ def save_to_workspace(workspace: Path, name: str, data: bytes, *, today: date) -
     path, relative to the workspace. The name is sanitised; an existing file is never
     overwritten (`NAME (2).ext`, ...); a folder on the way that leads out of the workspace
     (a symlink the agent made) is refused with PermissionError."""
+    workspace.mkdir(parents=True, exist_ok=True)
     root = workspace.resolve()
     folder = root
     for part in ("inbox", today.isoformat()):
@@ -235,9 +235,10 @@ class Taken:
 
     attachments: tuple[Attachment, ...] = ()
     refusal: str = ""
-    """Set when the files were refused: the polite reply, and nothing was stored."""
-    transcripts: tuple[str, ...] = ()
-    """One line per voice note: `[voice note, 0:42] what was said`."""
+    """Set when the files were refused (too large): the polite reply; nothing was stored."""
+    notes: tuple[str, ...] = ()
+    """Lines for the message's text: one per voice note (`[voice note, 0:42] what was
+    said`) and one per file of a type not taken in (`[not taken: a.exe (…)]`)."""
 
 
 class Transcribes(Protocol):
@@ -259,7 +260,15 @@ class MediaIntake:
     router's admission check); adapters ask before fetching anything."""
 
     async def take(self, files: Sequence[Incoming]) -> Taken:
-        """The stored attachments (and voice notes' transcripts), or the polite refusal."""
+        """The stored attachments (and voice notes' transcripts), or the polite refusal.
+        Files of a type not taken in are left out, each named in a note, so the message is
+        still answered (a signature or a calendar invite beside the text of a mail)."""
+        skipped = [
+            f"[not taken: {safe_name(f.name)} ({f.media_type})]"
+            for f in files
+            if not self.limits.allows(f.media_type)
+        ]
+        files = [f for f in files if self.limits.allows(f.media_type)]
         try:
             self.limits.check([(f.name, f.media_type, f.size or 0) for f in files])
             got = [(f, await f.fetch()) for f in files]
@@ -276,7 +285,7 @@ class MediaIntake:
             )
             saved = await anyio.to_thread.run_sync(save)
             stored.append(replace(attachment, saved_as=saved))
-        return Taken(attachments=tuple(stored), transcripts=tuple(transcripts))
+        return Taken(attachments=tuple(stored), notes=(*transcripts, *skipped))
 
     async def _transcript(self, voice: Incoming, data: bytes) -> str:
         """`[voice note, 0:42] what was said`, or a line saying why there is no text."""

@@ -8,11 +8,12 @@ the router's duplicate check rather than into a second answer.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email import policy
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -25,7 +26,8 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import TransportAuthError, TransportError
+from rousseau.agent import Attachment, TransportAuthError, TransportError
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("rousseau.email")
 
 MAX_LENGTH = 1_000_000  # one reply is one mail: no platform limit worth splitting for
+MAX_FILE_BYTES = 18_000_000
+"""The largest file sent: base64 makes it about 24 MB, under the common 25 MB mail limit."""
 Security = Literal["tls", "starttls", "plain"]
 T = TypeVar("T")
 
@@ -219,6 +223,7 @@ def split_addr(addr: str, default_port: int) -> tuple[str, int]:
 class EmailTransport:
     name = "email"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
     def __init__(
@@ -263,10 +268,15 @@ class EmailTransport:
         self._state: KeyValue = MemoryKeyValue()
         self._client: IMAPClient | None = None
         self._stop = anyio.Event()
+        self.media: MediaIntake | None = None
         import imapclient  # noqa: F401 - here, not first on the worker thread that connects
 
     def bind_state(self, state: KeyValue) -> None:
         self._state = state
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take attachments and inline images in (unbound, only the text)."""
+        self.media = media
 
     def _text(self, exc: BaseException | str) -> str:
         return describe(exc, self.password, self.smtp_password)
@@ -420,7 +430,8 @@ class EmailTransport:
             return None
         subject = str(message.get("Subject", "")).strip()
         text = body_text(message) or subject
-        if not text:
+        files = _files(message) if self.media is not None else []
+        if not text and not files:
             log.info("email.ignored", uid=uid, reason="empty", sender=sender)
             return None
         message_id = _ids(message.get("Message-ID"))
@@ -434,7 +445,7 @@ class EmailTransport:
         cc = _addresses(message, "Cc")
         others = set(to + cc) - {self.address, sender}
         _, name = parseaddr(str(message.get("From", "")))
-        return Inbound(
+        inbound = Inbound(
             transport=self.name,
             chat_id=sender,
             sender_id=sender,
@@ -445,6 +456,19 @@ class EmailTransport:
             thread_id=root,
             sender_name=name,
         )
+        return await self._with_files(inbound, files)
+
+    async def _with_files(self, inbound: Inbound, files: list[Incoming]) -> Inbound:
+        """The inbound with its attachments (and inline images) stored, or the refusal its
+        sender gets; a stranger's are never stored."""
+        media = self.media
+        if not files or media is None:
+            return inbound
+        if media.admits is not None and not await media.admits(inbound):
+            return inbound
+        taken = await media.take(files)
+        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
+        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -474,7 +498,24 @@ class EmailTransport:
         mail.set_content(message.text)
         html = markdown.markdown(message.text, extensions=["fenced_code", "tables"])
         mail.add_alternative(f"<html><body>{html}</body></html>", subtype="html")
+        if message.attachment is not None:
+            await self._attach(mail, message.attachment)
         return mail
+
+    async def _attach(self, mail: EmailMessage, attachment: Attachment) -> None:
+        data = await self.media.blobs.read(attachment.sha256) if self.media else None
+        if data is None:  # gone from the blob store: say so rather than drop it silently
+            mail.add_attachment(
+                f"{attachment.stand_in()} (the file is no longer stored)", filename="missing.txt"
+            )
+            return
+        maintype, _, subtype = attachment.media_type.partition("/")
+        mail.add_attachment(
+            data,
+            maintype=maintype or "application",
+            subtype=subtype or "octet-stream",
+            filename=attachment.name or "file",
+        )
 
     async def send(self, message: Outbound) -> None:
         import aiosmtplib
@@ -514,6 +555,31 @@ class EmailTransport:
 
     async def aclose(self) -> None:
         """The IMAP connection ends with `run`, and each mail is sent on a fresh SMTP one."""
+
+
+def _files(message: EmailMessage) -> list[Incoming]:
+    """The mail's attachments and inline images (the parts that are not its text)."""
+    found: list[Incoming] = []
+    for part in message.iter_attachments():
+        if not isinstance(part, EmailMessage) or part.is_multipart():
+            continue
+        payload = part.get_payload(decode=True)
+        if not isinstance(payload, bytes):
+            continue
+        found.append(
+            Incoming(
+                name=part.get_filename() or f"attachment{len(found) + 1}",
+                media_type=part.get_content_type(),
+                size=len(payload),
+                fetch=functools.partial(_ready, payload),
+            )
+        )
+    return found
+
+
+async def _ready(data: bytes) -> bytes:
+    """A file that came inside the mail: nothing left to download."""
+    return data
 
 
 def _decoded(exc: Exception) -> str:

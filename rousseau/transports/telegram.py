@@ -253,7 +253,7 @@ class TelegramTransport:
             return replace(inbound, text=f"{inbound.text}\n{note}".strip())
         except TelegramError as exc:  # the network: this update is polled again
             raise self._failed("downloading a file failed", exc) from exc
-        text = "\n".join(t for t in (inbound.text, *taken.transcripts) if t)
+        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
         return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
 
     async def _download(self, file_id: str) -> bytes:

@@ -412,17 +412,22 @@ class FakeTelegram:
                 "parameters": {"retry_after": int(wait) + 1},
             }
         sent = Sent(chat_id=chat_id, text=str(params["text"]), params=params)
+        return self._record(sent, text=params["text"])
+
+    def _record(self, sent: Sent, **content: Any) -> tuple[int, dict[str, Any]]:
+        """Keep what the bot sent; answer with the Message the Bot API makes of it."""
         self.sent.append(sent)
         if self.on_sent is not None:
             self.on_sent(sent)
+        chat_type = "private" if sent.chat_id > 0 else "group"
         return 200, {
             "ok": True,
             "result": {
                 "message_id": next(self._message_ids),
                 "date": int(time.time()),
-                "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+                "chat": {"id": sent.chat_id, "type": chat_type},
                 "from": {"id": BOT_ID, "is_bot": True, "first_name": "Rousseau"},
-                "text": params["text"],
+                **content,
             },
         }
 
@@ -445,25 +450,13 @@ class FakeTelegram:
             text=str(params.get("caption") or ""),
             params={**params, "_kind": kind, "_filename": filename, "_data": data},
         )
-        self.sent.append(sent)
-        if self.on_sent is not None:
-            self.on_sent(sent)
         described = {
-            "file_id": f"sent-{len(self.sent)}",
+            "file_id": f"sent-{len(self.sent) + 1}",
             "file_unique_id": "u",
             "file_size": len(data),
         }
         media: Any = [{**described, "width": 1, "height": 1}] if kind == "photo" else described
-        return 200, {
-            "ok": True,
-            "result": {
-                "message_id": next(self._message_ids),
-                "date": int(time.time()),
-                "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
-                "from": {"id": BOT_ID, "is_bot": True, "first_name": "Rousseau"},
-                kind: media,
-            },
-        }
+        return self._record(sent, **{kind: media})
 
     def _api_answerCallbackQuery(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.answered.append(str(params["callback_query_id"]))

@@ -11,6 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rousseau.agent import Request, Response
+from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
+from rousseau.config import ApproverConfig, RuleConfig, load_config
 from rousseau.transports.mail import (
     EmailTransport,
     body_text,
@@ -19,11 +22,13 @@ from rousseau.transports.mail import (
     suspicion,
 )
 from tests.fakes.smtp import SMTPSink
+from tests.helpers import serving
 from tests.mail.dovecot import Dovecot
 from tests.transports.harness_email import EmailHarness, mail
 from tests.transports.test_conformance import act, daemon, delivered, settle
 
 pytestmark = pytest.mark.anyio
+PDF = b"%PDF-1.4\n%fake\n%%EOF\n"
 
 
 def parse(raw: bytes) -> EmailMessage:
@@ -166,7 +171,8 @@ async def test_html_only_message_is_answered(harness: EmailHarness, tmp_path: Pa
     async with daemon(harness, tmp_path):
         await act(harness.deliver, message)
         [reply] = await delivered(harness, 1)
-    assert reply.text == "echo: What time is it?"
+    # The attachment, of a type not taken in, is named for the model instead.
+    assert reply.text == "echo: What time is it?\n[not taken: a.bin (application/octet-stream)]"
 
 
 async def test_spoofed_and_automatic_mail_get_no_answer(
@@ -269,3 +275,54 @@ async def test_wrong_password_is_one_clear_error(dovecot: Dovecot) -> None:
     with pytest.raises(ConnectionError, match=r"email: IMAP .*failed"):
         with anyio.fail_after(15):
             await transport.check()
+
+
+# -- files -------------------------------------------------------------------------------------
+
+
+async def test_an_attachment_reaches_the_model_and_the_workspace(
+    harness: EmailHarness, tmp_path: Path
+) -> None:
+    message = mail(harness.owner, [harness.address], "Summarise the attached, please.")
+    message.add_attachment(PDF, maintype="application", subtype="pdf", filename="q3.pdf")
+    async with daemon(harness, tmp_path) as (_, provider):
+        await act(harness.deliver, message)
+        await delivered(harness, 1)
+    [attachment] = provider.requests[0].messages[-1].attachments
+    assert (attachment.name, attachment.media_type, attachment.size) == (
+        "q3.pdf",
+        "application/pdf",
+        len(PDF),
+    )
+    assert (tmp_path / "ws" / attachment.saved_as).read_bytes() == PDF
+    assert provider.requests[0].media[attachment.sha256] == PDF
+
+
+async def test_send_file_attaches_the_file_to_the_reply(
+    harness: EmailHarness, tmp_path: Path
+) -> None:
+    def answer(request: Request) -> Response:
+        if request.messages[-1].tool_results:
+            return text_reply("Attached.")
+        return tool_reply("send_file", {"path": "table.csv", "caption": "The table."})
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "table.csv").write_bytes(b"a,b\n1,2\n")
+    config = load_config(
+        None,
+        {
+            "HOME": str(tmp_path),
+            "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db"),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp_path / "ws"),
+        },
+    )
+    config.agent.approver = ApproverConfig(allow=[RuleConfig(tool="send_file")])
+    async with serving(harness.transport(), config, FunctionProvider(answer), [harness.owner]):
+        await act(harness.deliver, mail(harness.owner, [harness.address], "The table?"))
+        await delivered(harness, 2)
+    answer_mail, file_mail = harness.smtp.messages()
+    assert answer_mail.get_body(preferencelist=("plain",)).get_content().strip() == "Attached."
+    [part] = list(file_mail.iter_attachments())
+    assert (part.get_filename(), part.get_content_type()) == ("table.csv", "text/csv")
+    assert part.get_payload(decode=True) == b"a,b\n1,2\n"
+    assert file_mail.get_body(preferencelist=("plain",)).get_content().strip() == "The table."

@@ -38,7 +38,6 @@ async def test_blobs_are_stored_once_by_content(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "reply"),
     [
-        ([("x.svg", "image/svg+xml", 10)], "Sorry, I cannot take x.svg: files of type"),
         ([("big.pdf", "application/pdf", 21_000_000)], "Sorry, big.pdf is too large (21.0 MB)"),
         (
             [("a.png", "image/png", 12_000_000), ("b.png", "image/png", 12_000_000)],
@@ -52,6 +51,27 @@ def test_what_is_over_the_limits_gets_a_polite_reply(
     with pytest.raises(MediaRejected) as refused:
         MediaLimits().check(files)
     assert str(refused.value).startswith(reply)
+
+
+async def test_a_file_of_a_type_not_taken_is_left_out_and_named(tmp_path: Path) -> None:
+    from rousseau.media import Incoming, MediaIntake
+
+    async def fetch() -> bytes:
+        return b"<svg onload=alert(1)>"
+
+    async def fetch_png() -> bytes:
+        return PNG
+
+    intake = MediaIntake(blobs=BlobStore(folder=tmp_path / "media"), workspace=tmp_path / "ws")
+    taken = await intake.take(
+        [
+            Incoming(name="x.svg", media_type="image/svg+xml", size=21, fetch=fetch),
+            Incoming(name="p.png", media_type="image/png", size=len(PNG), fetch=fetch_png),
+        ]
+    )
+    assert [a.name for a in taken.attachments] == ["p.png"] and taken.refusal == ""
+    assert taken.notes == ("[not taken: x.svg (image/svg+xml)]",)
+    assert not list((tmp_path / "ws").rglob("*.svg"))
 
 
 def test_what_is_within_the_limits_passes() -> None:
