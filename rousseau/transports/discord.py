@@ -7,6 +7,7 @@ discord.py's REST base and gateway (process-wide), for proxies and tests.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -14,6 +15,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 
 try:
@@ -48,6 +50,9 @@ class DiscordTransport:
         self._client: discord.Client | None = None
         self._ready = anyio.Event()
         self._stop = anyio.Event()
+        self.media: MediaIntake | None = None
+        self._in_order: dict[str, anyio.Lock] = {}
+        """A lock per channel with a message being handed over (dropped once idle)."""
 
     @property
     def connected(self) -> bool:
@@ -87,8 +92,18 @@ class DiscordTransport:
 
         async def on_message(message: discord.Message) -> None:
             inbound = self._normalise(client, message)
-            if inbound is not None:
-                await handler(inbound)
+            if inbound is None:
+                return
+            # discord.py runs each event in a task of its own: while one message's files
+            # download, the next one of its channel waits, so they are handed over in order.
+            key = inbound.chat_id
+            lock = self._in_order.setdefault(key, anyio.Lock())
+            try:
+                async with lock:
+                    await handler(await self._with_files(inbound, message))
+            finally:
+                if not lock.locked() and not lock.statistics().tasks_waiting:
+                    self._in_order.pop(key, None)
 
         async def on_interaction(interaction: discord.Interaction) -> None:
             inbound = self._pressed(interaction)
@@ -171,6 +186,8 @@ class DiscordTransport:
         if isinstance(ref, discord.Message) and ref.author.id == me.id:
             mentioned = True
         text = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
+        if not text and not (self.media is not None and message.attachments):
+            return None
         return Inbound(
             transport=self.name,
             chat_id=str(message.channel.id),  # a thread is a channel of its own: its own session
@@ -182,6 +199,37 @@ class DiscordTransport:
             sender_name=message.author.display_name,
             at=message.created_at.timestamp(),
         )
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take attachments in (unbound, only the text)."""
+        self.media = media
+
+    async def _with_files(self, inbound: Inbound, message: discord.Message) -> Inbound:
+        """The inbound with its attachments downloaded from Discord's CDN and stored (or the
+        refusal its sender gets); a stranger's are never fetched. A download that fails is
+        noted, and the message still answered."""
+        media = self.media
+        if media is None or not message.attachments:
+            return inbound
+        if media.admits is not None and not await media.admits(inbound):
+            return inbound
+        files = [
+            Incoming(
+                name=a.filename,
+                media_type=(a.content_type or "application/octet-stream").split(";")[0],
+                size=a.size,
+                fetch=a.read,
+            )
+            for a in message.attachments
+        ]
+        try:
+            taken = await media.take(files)
+        except _FAILURES as exc:
+            log.warning("discord.file_unavailable", error=str(exc))
+            note = "[a file was attached but could not be downloaded]"
+            return replace(inbound, text=f"{inbound.text}\n{note}".strip())
+        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
+        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
 
     async def _channel(self, chat_id: str) -> Any:
         assert self._client is not None, "the transport is not running"

@@ -89,10 +89,35 @@ class FakeDiscord(AioServer):
         self._seq = itertools.count(2)
         self._ids = itertools.count(1)
         self._dm_channels: dict[str, str] = {}
+        self.files: dict[str, bytes] = {}
+        """What the fake CDN serves, by attachment id."""
+        self.downloads: list[str] = []
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/gateway", self._gateway)
         app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
+        app.router.add_get("/attachments/{id}/{name}", self._cdn)
+
+    def _attachment(self, name: str, data: bytes, content_type: str) -> dict[str, Any]:
+        """An attachment as MESSAGE_CREATE carries it, its bytes served by the fake CDN."""
+        attachment_id = str(400000000000000000 + next(self._ids))
+        self.files[attachment_id] = data
+        url = f"{self.url}/attachments/{attachment_id}/{name}"
+        return {
+            "id": attachment_id,
+            "filename": name,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": content_type,
+        }
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["id"])
+        if data is None:
+            return web.Response(status=404)
+        self.downloads.append(request.match_info["id"])
+        return web.Response(body=data, content_type="application/octet-stream")
 
     @property
     def api_base(self) -> str:
@@ -104,9 +129,18 @@ class FakeDiscord(AioServer):
 
     # -- what tests do --------------------------------------------------------------------
 
-    def dm(self, text: str, *, user_id: str = OWNER_ID, bot: bool = False) -> dict[str, Any]:
+    def dm(
+        self,
+        text: str,
+        *,
+        user_id: str = OWNER_ID,
+        bot: bool = False,
+        files: list[tuple[str, bytes, str]] | None = None,
+    ) -> dict[str, Any]:
         channel = self._dm_channels.setdefault(user_id, str(600000000000000000 + int(user_id[-6:])))
-        return self.message(text, channel_id=channel, user_id=user_id, guild=False, bot=bot)
+        return self.message(
+            text, channel_id=channel, user_id=user_id, guild=False, bot=bot, files=files or []
+        )
 
     def message(
         self,
@@ -119,8 +153,10 @@ class FakeDiscord(AioServer):
         everyone: bool = False,
         reply_to_bot: bool = False,
         bot: bool = False,
+        files: list[tuple[str, bytes, str]] | None = None,
     ) -> dict[str, Any]:
-        """Dispatch a MESSAGE_CREATE as Discord would; returns the message (to send it again)."""
+        """Dispatch a MESSAGE_CREATE as Discord would; returns the message (to send it again).
+        `files` = [(file name, bytes, content type)] become attachments on the fake CDN."""
         content = (
             f"<@{BOT_ID}> {text}" if mention_bot else ("@everyone " + text if everyone else text)
         )
@@ -137,7 +173,7 @@ class FakeDiscord(AioServer):
             "mention_everyone": everyone,
             "mentions": [_user(BOT_ID, "rousseau", bot=True)] if mention_bot else [],
             "mention_roles": [],
-            "attachments": [],
+            "attachments": [self._attachment(*f) for f in files or []],
             "embeds": [],
             "pinned": False,
             "type": 19 if reply_to_bot else 0,

@@ -101,3 +101,28 @@ async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
     assert (pressed.text, pressed.sender_id, pressed.chat_id) == ("yes K7QD", OWNER_ID, GENERAL_ID)
     assert pressed.is_group and pressed.mentioned
     assert fake.interaction_answers[0][0] == pressed_id  # answered, so Discord shows no error
+
+
+async def test_attachments_are_fetched_stored_and_shown_to_the_model(
+    harness: DiscordHarness, tmp_path: Path
+) -> None:
+    fake = harness.fake
+    png = b"\x89PNG\r\n\x1a\n" + bytes(40)
+    async with daemon(harness, tmp_path) as (_, provider):
+        fake.dm("what is this?", files=[("shot.png", png, "image/png")])
+        fake.dm("", files=[("notes.txt", b"milk\neggs\n", "text/plain; charset=utf-8")])
+        await delivered(harness, 2)
+        fake.dm("hi", user_id="999999999999999999", files=[("x.png", png, "image/png")])
+        await settle()
+    first, second = (r.messages[-1] for r in provider.requests[:2])
+    assert first.text == "what is this?"
+    [shot] = first.attachments
+    assert (shot.name, shot.media_type, provider.requests[0].media[shot.sha256]) == (
+        "shot.png",
+        "image/png",
+        png,
+    )
+    [notes] = second.attachments  # an attachment alone is answered
+    assert notes.media_type == "text/plain"
+    assert (tmp_path / "ws" / notes.saved_as).read_bytes() == b"milk\neggs\n"
+    assert len(fake.downloads) == 2  # the stranger's file was never fetched
