@@ -48,8 +48,7 @@ _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]+")
 
 
 class MediaRejected(Exception):
-    """An attachment over the limits or of a type not taken in; the message is the polite
-    reply the sender gets."""
+    """Attachments over the size limits; the message is the polite reply the sender gets."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -92,7 +91,6 @@ class BlobStore:
     It is a MediaSource: `read` gives the bytes back (None once they are gone)."""
 
     folder: Path
-    _made: bool = field(default=False, init=False)
 
     def path_of(self, sha256: str) -> Path:
         if not _SHA256.fullmatch(sha256):
@@ -103,8 +101,11 @@ class BlobStore:
         """Store the bytes (once: the same bytes again cost nothing) and describe them."""
         sha256 = hashlib.sha256(data).hexdigest()
         path = self.path_of(sha256)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.exists():  # stored before: now in use again, so young for the sweep
+            os.utime(path)
+        else:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.parent.mkdir(exist_ok=True, mode=0o700)
             tmp = path.with_name(f".{sha256}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
@@ -283,7 +284,11 @@ class MediaIntake:
             save = functools.partial(
                 save_to_workspace, self.workspace, name, data, today=date.today()
             )
-            saved = await anyio.to_thread.run_sync(save)
+            try:
+                saved = await anyio.to_thread.run_sync(save)
+            except OSError as exc:  # e.g. a symlink the agent planted: the file is still kept
+                log.warning("media.workspace_copy_failed", name=name, error=str(exc))
+                saved = ""
             stored.append(replace(attachment, saved_as=saved))
         return Taken(attachments=tuple(stored), notes=(*transcripts, *skipped))
 

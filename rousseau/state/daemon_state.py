@@ -369,7 +369,8 @@ class DaemonState:
                 )
             for (stored,) in db.execute(
                 "SELECT attachments FROM inbox WHERE attachments IS NOT NULL"
-                " UNION ALL SELECT attachment FROM outbox WHERE attachment IS NOT NULL"
+                " AND status = 'pending' UNION ALL SELECT attachment FROM outbox"
+                " WHERE attachment IS NOT NULL AND status = 'pending'"
             ):
                 found.update(a.sha256 for a in _files(stored))
             return found

@@ -221,3 +221,22 @@ async def test_the_sweep_deletes_blobs_nothing_refers_to_once_they_are_old(tmp_p
         await store.delete_session("s1")  # its files go at the next sweep
         assert blobs.prune_sync(await state.media_in_use(), older_than=old + 1) == 1
         assert await blobs.read(kept.sha256) is None
+
+
+async def test_a_workspace_the_agent_broke_still_lets_files_in(tmp_path: Path) -> None:
+    """A symlink planted at inbox/ (bash can) costs the copy, never the message: otherwise
+    the platform would hand the same update over and over."""
+    from rousseau.media import Incoming, MediaIntake
+
+    async def fetch() -> bytes:
+        return PNG
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.symlink(tmp_path, workspace / "inbox")
+    intake = MediaIntake(blobs=BlobStore(folder=tmp_path / "media"), workspace=workspace)
+    taken = await intake.take(
+        [Incoming(name="p.png", media_type="image/png", size=len(PNG), fetch=fetch)]
+    )
+    [photo] = taken.attachments
+    assert photo.saved_as == "" and await intake.blobs.read(photo.sha256) == PNG
