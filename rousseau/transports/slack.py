@@ -7,15 +7,19 @@ envelope, so Slack's retries are answered once.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
 
 try:
@@ -93,6 +97,7 @@ class SlackTransport:
         self._threads: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._stop = anyio.Event()
         self._socket: AsyncSocketModeHandler | None = None
+        self.media: MediaIntake | None = None
 
     @property
     def connected(self) -> bool:
@@ -196,7 +201,58 @@ class SlackTransport:
             thread_id=thread,
             at=float(ts),
         )
-        await handler(inbound)
+        await handler(await self._with_files(inbound, event.get("files") or []))
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take shared files in (unbound, only the text)."""
+        self.media = media
+
+    async def _with_files(self, inbound: Inbound, files: list[dict[str, Any]]) -> Inbound:
+        """The inbound with its shared files downloaded (`url_private`, with the bot token)
+        and stored, or the refusal its sender gets; a stranger's are never fetched. A file
+        that cannot be fetched is noted, and the message still answered."""
+        media = self.media
+        if media is None or not files:
+            return inbound
+        if media.admits is not None and not await media.admits(inbound):
+            return inbound
+        incoming = [
+            Incoming(
+                name=str(f.get("name") or f.get("title") or "file"),
+                media_type=str(f.get("mimetype") or "application/octet-stream"),
+                size=int(f["size"]) if isinstance(f.get("size"), int) else None,
+                fetch=functools.partial(
+                    self._download, str(f.get("url_private_download") or f.get("url_private"))
+                ),
+            )
+            for f in files
+            if isinstance(f, dict) and (f.get("url_private_download") or f.get("url_private"))
+        ]
+        try:
+            taken = await media.take(incoming)
+        except (aiohttp.ClientError, TimeoutError, PermissionError) as exc:
+            log.warning("slack.file_unavailable", error=str(exc))
+            note = "[a file was shared but could not be downloaded]"
+            return replace(inbound, text=f"{inbound.text}\n{note}".strip())
+        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
+        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
+
+    async def _download(self, url: str) -> bytes:
+        """A private file, with the bot token: only ever sent to Slack's own hosts (or the
+        configured API's, for a test server)."""
+        host = urlsplit(url).hostname or ""
+        if not (host == urlsplit(self.client.base_url).hostname or host.endswith(".slack.com")):
+            raise PermissionError(f"not a Slack file address: {host}")
+        headers = {"Authorization": f"Bearer {self.client.token}"}
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, headers=headers) as response,
+        ):
+            response.raise_for_status()
+            if response.content_type == "text/html":  # Slack's sign-in page: no access
+                raise PermissionError("Slack answered with a sign-in page")
+            return await response.read()
 
     async def _on_button(self, body: dict[str, Any], handler: InboundHandler) -> None:
         """A pressed answer button: an ordinary message with its text, from whoever pressed."""

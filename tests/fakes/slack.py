@@ -43,10 +43,14 @@ class FakeSlack(AioServer):
         """What the Web API answers a token it does not know (Slack has several answers)."""
         self._ids = itertools.count(1)
         self._ts = itertools.count(1)
+        self.files: dict[str, bytes] = {}
+        """Shared files' bytes, by file id."""
+        self.downloads: list[str] = []
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/link", self._socket)
+        app.router.add_get("/files-pri/{id}/{name}", self._file)
 
     # -- what tests do --------------------------------------------------------------------
 
@@ -59,8 +63,11 @@ class FakeSlack(AioServer):
         thread_ts: str | None = None,
         bot: bool = False,
         subtype: str | None = None,
+        files: list[tuple[str, bytes, str]] | None = None,
     ) -> dict[str, Any]:
-        """A `message` event as Slack sends it; returns the event (to send it again)."""
+        """A `message` event as Slack sends it; returns the event (to send it again).
+        `files` = [(name, bytes, mimetype)] are shared with it (subtype file_share), served
+        at their `url_private` to the bot token only."""
         ts = f"{int(time.time())}.{next(self._ts):06d}"
         event: dict[str, Any] = {
             "type": "message",
@@ -77,8 +84,36 @@ class FakeSlack(AioServer):
             event["bot_id"] = BOT_ID
         if subtype:
             event["subtype"] = subtype
+        if files:
+            event["subtype"] = "file_share"
+            event["files"] = [self._shared(*f) for f in files]
         self.send_event(event)
         return event
+
+    def _shared(self, name: str, data: bytes, mimetype: str) -> dict[str, Any]:
+        file_id = f"F{next(self._ids):08d}"
+        self.files[file_id] = data
+        url = f"{self.url}/files-pri/{TEAM}-{file_id}/{name}"
+        return {
+            "id": file_id,
+            "name": name,
+            "title": name,
+            "mimetype": mimetype,
+            "size": len(data),
+            "url_private": url,
+            "url_private_download": url + "?download=1",
+        }
+
+    async def _file(self, request: web.Request) -> web.Response:
+        """url_private: the bytes to the bot token; anyone else gets the sign-in page."""
+        if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
+            return web.Response(text="<html>sign in</html>", content_type="text/html")
+        file_id = request.match_info["id"].rsplit("-", 1)[-1]
+        data = self.files.get(file_id)
+        if data is None:
+            return web.Response(status=404)
+        self.downloads.append(file_id)
+        return web.Response(body=data, content_type="application/octet-stream")
 
     def mention(
         self, text: str, *, user: str = "U0OWNER", channel: str = "C0GENERAL"

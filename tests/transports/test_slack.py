@@ -183,3 +183,33 @@ async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
     [pressed] = received
     assert (pressed.text, pressed.sender_id, pressed.chat_id) == ("no K7QD", "U0OWNER", "D0OWNER")
     assert not pressed.is_group
+
+
+async def test_shared_files_are_fetched_with_the_bot_token_and_shown_to_the_model(
+    harness: SlackHarness, tmp_path: Path
+) -> None:
+    fake = harness.fake
+    pdf = b"%PDF-1.4\n%fake\n"
+    async with daemon(harness, tmp_path) as (_, provider):
+        fake.message("summarise this", files=[("q3.pdf", pdf, "application/pdf")])
+        await delivered(harness, 1)
+        fake.message("", files=[("list.txt", b"milk\n", "text/plain")])
+        await delivered(harness, 2)
+        fake.message("hi", user="U0STRANGER", files=[("x.txt", b"x", "text/plain")])
+        await settle()
+    first, second = (r.messages[-1] for r in provider.requests[:2])
+    [report] = first.attachments
+    assert (first.text, report.name, provider.requests[0].media[report.sha256]) == (
+        "summarise this",
+        "q3.pdf",
+        pdf,
+    )
+    [listed] = second.attachments  # a file alone is answered
+    assert (tmp_path / "ws" / listed.saved_as).read_bytes() == b"milk\n"
+    assert len(fake.downloads) == 2  # the stranger's file was never fetched
+
+
+async def test_the_bot_token_goes_to_slack_file_hosts_only() -> None:
+    transport = SlackTransport("xapp-1", "xoxb-secret", base_url="http://127.0.0.1:9/api/")
+    with pytest.raises(PermissionError, match="not a Slack file address: evil.example"):
+        await transport._download("https://evil.example/files-pri/T1-F1/x.pdf")
