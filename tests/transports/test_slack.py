@@ -211,5 +211,5 @@ async def test_shared_files_are_fetched_with_the_bot_token_and_shown_to_the_mode
 
 async def test_the_bot_token_goes_to_slack_file_hosts_only() -> None:
     transport = SlackTransport("xapp-1", "xoxb-secret", base_url="http://127.0.0.1:9/api/")
-    with pytest.raises(PermissionError, match="not a Slack file address: evil.example"):
+    with pytest.raises(PermissionError, match=r"not a Slack file address: evil\.example"):
         await transport._download("https://evil.example/files-pri/T1-F1/x.pdf")
