@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import signal
 
 from tests.fakes.llm import (
     FakeLLMServer,
@@ -17,7 +18,7 @@ from tests.fakes.llm import (
     openai_stream,
 )
 from tests.fakes.telegram import PHOTO, FakeTelegram
-from tests.faults.support import edit_config
+from tests.faults.support import edit_config, wait_until
 from tests.test_daemon import Daemon, daemon, llm, model, telegram  # noqa: F401 - fixtures
 
 PDF = b"%PDF-1.4\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n"
@@ -214,3 +215,35 @@ def test_a_strangers_file_is_never_downloaded(
     assert sent.text == "echo: and you?"
     assert telegram.downloads == []
     assert not (daemon.config.parent / "media").exists()
+
+
+def send_chart_then_answer(recorded: Recorded) -> Reply:
+    if recorded.body["messages"][-1]["role"] == "tool":
+        return openai_stream(openai_completion("Here."))
+    return openai_stream(openai_completion(tool_calls=[("send_file", {"path": "chart.png"})]))
+
+
+def test_a_file_queued_before_a_kill_is_delivered_once_after_the_restart(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(daemon, lambda c: c["agent"].update(approver={"allow": [{"tool": "send_file"}]}))
+    (daemon.config.parent / "ws").mkdir()
+    (daemon.config.parent / "ws" / "chart.png").write_bytes(PNG)
+    llm.responder = send_chart_then_answer
+    telegram.uploads_down = True  # the photo waits in the outbox, retried
+    daemon.start()
+    telegram.push("the chart, please")
+    [answer] = telegram.wait_sent(1)
+    assert answer.text == "Here."
+    assert wait_until(lambda: telegram.call_counts["sendPhoto"] >= 1, timeout=10)
+    daemon.stop(signal.SIGKILL, timeout=10)
+
+    telegram.uploads_down = False
+    daemon.start()
+    answer, photo = telegram.wait_sent(2)
+    assert (photo.params["_kind"], photo.params["_data"]) == ("photo", PNG)
+    assert daemon.stop(signal.SIGTERM, timeout=30) == 0
+    assert [s.text for s in telegram.sent] == ["Here.", ""]  # each once
+    assert len([r for r in llm.posts() if r.path.endswith("/chat/completions")]) == 2

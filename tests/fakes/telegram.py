@@ -83,6 +83,8 @@ class FakeTelegram:
         """What getFile and the file download path serve, by file id."""
         self.downloads: list[str] = []
         """File ids downloaded, in order."""
+        self.uploads_down = False
+        """Answer sendPhoto and sendDocument with 502, as a failing upload path does."""
         self._cond = threading.Condition()
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(1)
@@ -440,6 +442,8 @@ class FakeTelegram:
     def _file_sent(self, kind: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """A file the bot uploaded: kept as a Sent whose text is the caption and whose
         params hold `_kind`, `_filename` and `_data` (the uploaded bytes)."""
+        if self.uploads_down:
+            return 502, {"ok": False, "error_code": 502, "description": "Bad Gateway"}
         upload = params.get(kind)
         if not isinstance(upload, tuple):
             return 400, {"ok": False, "error_code": 400, "description": f"Bad Request: no {kind}"}
