@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import os
 import signal
+import subprocess
 
 from tests.fakes.llm import (
     FakeLLMServer,
@@ -19,6 +21,7 @@ from tests.fakes.llm import (
 )
 from tests.fakes.telegram import PHOTO, FakeTelegram
 from tests.faults.support import edit_config, wait_until
+from tests.helpers import ROUSSEAU
 from tests.test_daemon import Daemon, daemon, llm, model, telegram  # noqa: F401 - fixtures
 
 PDF = b"%PDF-1.4\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n"
@@ -247,3 +250,24 @@ def test_a_file_queued_before_a_kill_is_delivered_once_after_the_restart(
     assert daemon.stop(signal.SIGTERM, timeout=30) == 0
     assert [s.text for s in telegram.sent] == ["Here.", ""]  # each once
     assert len([r for r in llm.posts() if r.path.endswith("/chat/completions")]) == 2
+
+
+def test_session_show_counts_and_names_the_files(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    daemon.start()
+    telegram.push("this one", attach=("photo", PHOTO, "", "image/jpeg"))
+    telegram.wait_sent(1)
+    assert daemon.stop(signal.SIGTERM, timeout=30) == 0
+    cli = [*ROUSSEAU, "--config", str(daemon.config)]
+    env = {"PATH": os.environ["PATH"], "HOME": str(daemon.config.parent)}
+    listed = subprocess.run([*cli, "session", "list"], env=env, capture_output=True, text=True)
+    session_id = listed.stdout.splitlines()[1].split()[0]
+    shown = subprocess.run(
+        [*cli, "session", "show", session_id], env=env, capture_output=True, text=True
+    ).stdout
+    saved = f"inbox/{TODAY}/photo_1.jpg"
+    assert f"user: [photo: photo_1.jpg, {len(PHOTO)} bytes, saved as {saved}]" in shown
+    assert "-- 2 messages; 1 file; tokens:" in shown

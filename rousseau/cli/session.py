@@ -50,7 +50,11 @@ def show(args: argparse.Namespace) -> int:
             elif c.tool_result is not None:
                 first = (c.tool_result.content.strip().splitlines() or [""])[0][:100]
                 print(f"  {'!' if c.tool_result.is_error else '='} {first}")
-    print(f"-- {info.message_count} messages; tokens: {tokens(info.usage)}")
+            elif c.attachment is not None:
+                print(f"{message.role.value}: {c.attachment.stand_in()}")
+    files = sum(len(m.attachments) for m in session.messages)
+    held = f"; {files} file{'s' if files != 1 else ''}" if files else ""
+    print(f"-- {info.message_count} messages{held}; tokens: {tokens(info.usage)}")
     return 0
 
 
