@@ -73,3 +73,19 @@ def test_bad_targets_are_one_line(
         assert out.returncode != 0 and says in out.stderr, out.stderr
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert telegram.sent == []
+
+
+def test_a_file_goes_with_its_caption(
+    tmp_path: Path, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    setup = Daemon(tmp_path, telegram, llm)
+    report = tmp_path / "report.csv"
+    report.write_bytes(b"day,total\nmon,3\n")
+    sent = rousseau(setup, "send", "telegram:42", "Monday's numbers", "--file", str(report))
+    assert sent.returncode == 0, sent.stderr
+    [document] = telegram.sent
+    assert (document.params["_kind"], document.params["_filename"]) == ("document", "report.csv")
+    assert (document.text, document.params["_data"]) == ("Monday's numbers", report.read_bytes())
+    missing = rousseau(setup, "send", "telegram:42", "--file", str(tmp_path / "nope.pdf"))
+    assert missing.returncode == 1 and "cannot read" in missing.stderr
+    assert missing.stderr.count("\n") == 1

@@ -286,7 +286,17 @@ def build_parser() -> argparse.ArgumentParser:
     # -- send ---------------------------------------------------------------------------------
     send = sub.add_parser("send", help="send one message through a transport's outbox")
     send.add_argument("target", metavar="TRANSPORT:RECIPIENT", help="e.g. telegram:42")
-    send.add_argument("text", help="the message; '-' reads it from standard input")
+    send.add_argument(
+        "text",
+        nargs="?",
+        default="",
+        help="the message (a file's caption); '-' reads it from standard input (default: none)",
+    )
+    send.add_argument(
+        "--file",
+        metavar="PATH",
+        help="send this file, the text as its caption (default: text only)",
+    )
     send.set_defaults(func="send:send")
 
     # -- import-go ----------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`rousseau send TRANSPORT:RECIPIENT TEXT`: one message through a transport's outbox.
+"""`rousseau send TRANSPORT:RECIPIENT TEXT [--file PATH]`: one message (or file, the text its
+caption) through a transport's outbox.
 
 The message is queued like any reply (split for the platform), so a running daemon delivers
 it, in order with whatever that chat still has waiting. With no daemon running, this command
@@ -14,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from rousseau.cli.common import load, open_store
 
 if TYPE_CHECKING:
+    from rousseau.agent import Attachment
     from rousseau.config import Config
+    from rousseau.media import BlobStore
     from rousseau.state import Store
     from rousseau.transports.base import Transport
 
@@ -23,6 +26,7 @@ def send(args: argparse.Namespace) -> int:
     import anyio
 
     from rousseau.agent import ConfigError, RousseauError
+    from rousseau.app import media_intake
     from rousseau.cron.targets import TargetError, parse_target
     from rousseau.state.lock import DaemonLock, DaemonRunningError
     from rousseau.transports import build_transports
@@ -32,14 +36,19 @@ def send(args: argparse.Namespace) -> int:
     except TargetError as exc:
         raise RousseauError(str(exc)) from None
     text = sys.stdin.read() if args.text == "-" else args.text
-    if not text.strip():
+    if not text.strip() and args.file is None:
         raise RousseauError("the message is empty")
     config = load(args)
     if getattr(config, name, None) is None:
         raise ConfigError(f"{name} is not configured: add its section first")
     transport = build_transports(config, only=name)[name]
+    media = media_intake(config)
+    bind_media = getattr(transport, "bind_media", None)
+    if bind_media is not None:
+        bind_media(media)
+    attachment = _stored(args.file, transport, media.blobs) if args.file is not None else None
     with open_store(args, config) as store:
-        queued = anyio.run(_queue, store, transport, chat, text)
+        queued = anyio.run(_queue, store, transport, chat, text, attachment)
         lock = DaemonLock(config.state.path)
         try:
             lock.acquire()
@@ -54,15 +63,42 @@ def send(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _queue(store: Store, transport: Transport, chat: str, text: str) -> int:
+def _stored(path: str, transport: Transport, blobs: BlobStore) -> Attachment:
+    """The file, checked against what the transport can send, in the blob store."""
+    import mimetypes
+    from pathlib import Path
+
+    from rousseau.agent import RousseauError
+
+    limit = getattr(transport, "max_file_bytes", None)
+    if not limit:
+        raise RousseauError(f"{transport.name} cannot send files")
+    file = Path(path).expanduser()
+    try:
+        size = file.stat().st_size
+        if size > limit:
+            raise RousseauError(f"{path} is {size:,} bytes; {transport.name} sends up to {limit:,}")
+        data = file.read_bytes()
+    except OSError as exc:
+        raise RousseauError(f"cannot read {path}: {exc.strerror or exc}") from None
+    media_type = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+    return blobs.put_sync(data, media_type=media_type, name=file.name)
+
+
+async def _queue(
+    store: Store, transport: Transport, chat: str, text: str, attachment: Attachment | None
+) -> int:
     from rousseau.state.daemon_state import DaemonState
     from rousseau.transports.base import Outbound
     from rousseau.transports.split import split_message
 
-    parts = [
-        Outbound(transport=transport.name, chat_id=chat, text=part)
-        for part in split_message(text, transport.max_length, transport.measure)
-    ]
+    if attachment is not None:  # the text is its caption
+        parts = [Outbound(transport=transport.name, chat_id=chat, text=text, attachment=attachment)]
+    else:
+        parts = [
+            Outbound(transport=transport.name, chat_id=chat, text=part)
+            for part in split_message(text, transport.max_length, transport.measure)
+        ]
     await DaemonState(store).finish(None, parts)
     return len(parts)
 
