@@ -33,6 +33,7 @@ from rousseau.state.store import StoreFullError
 from rousseau.transports.base import (
     Inbound,
     Outbound,
+    OutgoingFiles,
     Transport,
     current_inbound,
     outgoing_files,
@@ -268,10 +269,10 @@ class Router:
                     return
                 if not appended:
                     await self._append_user(session, inbound)
-                files: list[tuple[Attachment, str]] = []
-                outgoing_files.set(files)  # what send_file adds goes out with the answer
+                outgoing = OutgoingFiles(transport=inbound.transport)
+                outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
                 answer = await self._turn(session, inbound)
-                await self._reply(inbound, answer, files=files)
+                await self._reply(inbound, answer, files=outgoing.files)
 
     async def _append_user(self, session: Session, inbound: Inbound) -> None:
         text = _user_text(inbound)
@@ -408,14 +409,24 @@ class Router:
             self.wake(inbound.transport)
 
     async def notify(
-        self, transport: str, chat_id: str, text: str, buttons: tuple[str, ...] = ()
+        self,
+        transport: str,
+        chat_id: str,
+        text: str,
+        buttons: tuple[str, ...] = (),
+        *,
+        files: Sequence[tuple[Attachment, str]] = (),
     ) -> int:
         """Queue a message that answers nobody (a cron reply, a notice, a question with
-        answer `buttons`) for delivery through the outbox, split for the platform; returns
-        how many parts."""
+        answer `buttons`) for delivery through the outbox, split for the platform, then any
+        `files` (with their captions); returns how many parts."""
         parts = self._parts(transport, chat_id, text)
         if parts and buttons:  # on the last part, under the whole text
             parts[-1] = dataclasses.replace(parts[-1], buttons=buttons)
+        parts += [
+            Outbound(transport=transport, chat_id=chat_id, text=caption, attachment=attachment)
+            for attachment, caption in files
+        ]
         await self.state.finish(None, parts)
         if parts:
             self.wake(transport)

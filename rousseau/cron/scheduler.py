@@ -9,22 +9,38 @@ database), runs the newest (misfire `run_once`, or when on time) and records the
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from rousseau.agent import Agent
+from rousseau.agent import Agent, Attachment
 from rousseau.cron.jobs import CronJob, CronJobs, RunStatus
 from rousseau.cron.schedule import Schedule, ScheduleError
 from rousseau.state import Store
+from rousseau.transports.base import OutgoingFiles, outgoing_files
 
 log = structlog.get_logger("rousseau.cron")
 
-Notify = Callable[[str, str, str], Awaitable[int]]
-"""notify(transport, recipient, text): queue a message for delivery through the outbox."""
+
+class Notify(Protocol):
+    """notify(transport, recipient, text, files=...): queue a message (and files with their
+    captions) for delivery through the outbox."""
+
+    def __call__(
+        self,
+        transport: str,
+        recipient: str,
+        text: str,
+        /,
+        buttons: tuple[str, ...] = (),
+        *,
+        files: Sequence[tuple[Attachment, str]] = (),
+    ) -> Awaitable[int]: ...
+
 
 MISSED_ROWS = 100  # missed times recorded per catch-up (older ones are only counted in the log)
 CATCH_UP_WINDOW = 86_400.0  # scheduled times older than this after downtime are not listed
@@ -55,6 +71,8 @@ class CronRunner:
         # its replies land in the target chat: recall there may find them
         await self.store.set_scope(session.id, owner=job.deliver_to, chat=job.deliver_to)
         with structlog.contextvars.bound_contextvars(job=job.name, session=session.id):
+            outgoing = OutgoingFiles(transport=transport)
+            outgoing_files.set(outgoing)  # send_file in a job: the files go with its reply
             try:
                 with anyio.fail_after(self.timeout):
                     response = await self.agent.reply(session, job.prompt, unattended=True)
@@ -65,7 +83,7 @@ class CronRunner:
                 if self.notify_failures:
                     await self.notify(transport, recipient, f"Cron job {job.name} failed: {error}")
                 return RunOutcome("failed", session.id, error=error)
-            await self.notify(transport, recipient, text)
+            await self.notify(transport, recipient, text, files=outgoing.files)
             log.info("cron.done", target=job.deliver_to)
             return RunOutcome("ok", session.id, text=text)
 

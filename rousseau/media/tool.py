@@ -14,7 +14,7 @@ from rousseau.agent import ToolCall, ToolOutput
 from rousseau.media import BlobStore
 from rousseau.tools.base import WorkspaceTool, run_in_thread
 from rousseau.tools.fs import Workspace
-from rousseau.transports.base import current_inbound, outgoing_files
+from rousseau.transports.base import outgoing_files
 
 MAX_CAPTION = 1000
 """Characters of a caption at most (Telegram's limit is 1024)."""
@@ -48,13 +48,13 @@ class SendFileTool(WorkspaceTool):
         """The largest file each transport can send, by name; one not named sends none."""
 
     async def run(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
-        inbound, queued = current_inbound.get(), outgoing_files.get()
-        if inbound is None or queued is None:
+        outgoing = outgoing_files.get()
+        if outgoing is None:
             return ToolOutput(content="send_file works only in a chat", is_error=True)
-        limit = self.file_limits.get(inbound.transport)
+        limit = self.file_limits.get(outgoing.transport)
         if limit is None:
             return ToolOutput(
-                content=f"this chat ({inbound.transport}) cannot receive files", is_error=True
+                content=f"this chat ({outgoing.transport}) cannot receive files", is_error=True
             )
         data, shown = await run_in_thread(self._read, input["path"], limit)
         if data is None:
@@ -62,7 +62,7 @@ class SendFileTool(WorkspaceTool):
         media_type = mimetypes.guess_type(shown)[0] or "application/octet-stream"
         name = os.path.basename(shown)
         attachment = await self.blobs.put(data, media_type=media_type, name=name)
-        queued.append((attachment, str(input.get("caption", ""))))
+        outgoing.files.append((attachment, str(input.get("caption", ""))))
         return ToolOutput(content=f"{shown} ({len(data):,} bytes) will be sent with your answer")
 
     def _read(self, path: str, limit: int) -> tuple[bytes | None, str]:

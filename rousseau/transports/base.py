@@ -67,11 +67,19 @@ class Outbound:
 current_inbound: ContextVar[Inbound | None] = ContextVar("current_inbound", default=None)
 """The message whose turn is running, for tools that act on "this chat" (the router sets it)."""
 
-outgoing_files: ContextVar[list[tuple[Attachment, str]] | None] = ContextVar(
-    "outgoing_files", default=None
-)
-"""Files (with captions) the running turn asked to send to its chat; the router queues them
-with the turn's answer, in the same transaction (so each goes out exactly once)."""
+
+@dataclass(kw_only=True, slots=True)
+class OutgoingFiles:
+    """Files (with captions) a running turn asked to send to the chat its answer goes to;
+    whoever runs the turn (the router, cron) queues them with the answer, in the same
+    transaction, so each goes out exactly once."""
+
+    transport: str
+    files: list[tuple[Attachment, str]] = field(default_factory=list)
+
+
+outgoing_files: ContextVar[OutgoingFiles | None] = ContextVar("outgoing_files", default=None)
+"""Set while a turn whose answer goes to a chat runs (see OutgoingFiles)."""
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
 """Takes an inbound message and returns once it is safely persisted (then the adapter acks)."""

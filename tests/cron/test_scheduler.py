@@ -30,7 +30,9 @@ class Outbox:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str]] = []
 
-    async def __call__(self, transport: str, recipient: str, text: str) -> int:
+    async def __call__(
+        self, transport: str, recipient: str, text: str, buttons: object = (), *, files: object = ()
+    ) -> int:
         self.sent.append((transport, recipient, text))
         return 1
 

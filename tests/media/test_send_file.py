@@ -11,7 +11,7 @@ from rousseau.agent import Attachment, ToolCall
 from rousseau.media import BlobStore
 from rousseau.media.tool import SendFileTool
 from rousseau.tools.fs import Workspace
-from rousseau.transports.base import Inbound, current_inbound, outgoing_files
+from rousseau.transports.base import OutgoingFiles, outgoing_files
 
 pytestmark = pytest.mark.anyio
 CALL = ToolCall(session_id="s", tool_use_id="t1")
@@ -25,12 +25,10 @@ def tool(tmp_path: Path, limits: dict[str, int] | None = None) -> SendFileTool:
 
 
 def in_chat(transport: str = "telegram") -> list[tuple[Attachment, str]]:
-    current_inbound.set(
-        Inbound(transport=transport, chat_id="42", sender_id="42", message_id="1", text="hi")
-    )
-    queued: list[tuple[Attachment, str]] = []
-    outgoing_files.set(queued)
-    return queued
+    """As the router sets it up for a turn in a chat of `transport`: what send_file queues."""
+    outgoing = OutgoingFiles(transport=transport)
+    outgoing_files.set(outgoing)
+    return outgoing.files
 
 
 async def test_a_file_is_stored_and_queued_with_its_caption(tmp_path: Path) -> None:
@@ -67,7 +65,42 @@ async def test_what_cannot_be_sent_is_an_error_result(
 
 
 async def test_outside_a_chat_nothing_is_sent(tmp_path: Path) -> None:
-    current_inbound.set(None)
     outgoing_files.set(None)
     out = await tool(tmp_path).execute({"path": "chart.png"}, CALL)
     assert out.is_error and out.content == "send_file works only in a chat"
+
+
+async def test_a_cron_job_sends_its_files_with_its_reply(tmp_path: Path) -> None:
+    from rousseau.agent import Agent, AllowAllApprover, Options, Request, Response
+    from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
+    from rousseau.cron import CronJobs, CronRunner
+    from rousseau.state import Store
+    from rousseau.tools import Registry
+
+    def answer(request: Request) -> Response:
+        if request.messages[-1].tool_results:
+            return text_reply("The weekly chart.")
+        return tool_reply("send_file", {"path": "chart.png", "caption": "week 48"})
+
+    notified: list[tuple[str, str, str, list[tuple[Attachment, str]]]] = []
+
+    async def notify(
+        transport: str, recipient: str, text: str, buttons: object = (), *, files: object = ()
+    ) -> int:
+        notified.append((transport, recipient, text, list(files)))
+        return 1
+
+    with Store(str(tmp_path / "s.db")) as store:
+        agent = Agent(
+            FunctionProvider(answer),
+            Registry([tool(tmp_path)]),
+            Options(history=store, approver=AllowAllApprover()),
+        )
+        jobs = CronJobs(store)
+        job = await jobs.add("weekly", "@weekly", "send the chart", "telegram:42", timezone="UTC")
+        outcome = await CronRunner(agent=agent, store=store, notify=notify).run(job)
+    assert outcome.status == "ok"
+    [(transport, recipient, text, files)] = notified
+    assert (transport, recipient, text) == ("telegram", "42", "The weekly chart.")
+    [(chart, caption)] = files
+    assert (chart.name, caption) == ("chart.png", "week 48")
