@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 from urllib.parse import quote
 
 import anyio
+import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import Attachment, TransportError
+from rousseau.media import Incoming, MediaIntake
+
+log = structlog.get_logger("rousseau.transports")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -62,6 +66,40 @@ class Outbound:
     answer where there are no buttons)."""
     attachment: Attachment | None = None
     """A file to send, `text` being its caption (only to transports with `max_file_bytes`)."""
+
+
+async def take_files(
+    inbound: Inbound,
+    media: MediaIntake | None,
+    files: Sequence[Incoming],
+    *,
+    unavailable: tuple[type[BaseException], ...] = (),
+) -> Inbound:
+    """The inbound with its files taken in: stored (or refused, the refusal kept for the
+    sender), their notes added to its text. Nothing is fetched without a media intake, for
+    a sender the chat policy does not let in, or for a message not meant for the bot. A
+    download failing with one of `unavailable` is noted and the message still answered;
+    any other failure propagates (the platform hands the message over again)."""
+    if media is None or not files:
+        return inbound
+    if media.admits is not None and not await media.admits(inbound):
+        return inbound
+    try:
+        taken = await media.take(files)
+    except unavailable as exc:
+        log.warning("media.file_unavailable", transport=inbound.transport, error=str(exc))
+        note = "[a file was attached but could not be downloaded]"
+        return replace(inbound, text=_lines(inbound.text, note))
+    return replace(
+        inbound,
+        text=_lines(inbound.text, *taken.notes),
+        attachments=taken.attachments,
+        refusal=taken.refusal,
+    )
+
+
+def _lines(*texts: str) -> str:
+    return "\n".join(t for t in texts if t)
 
 
 current_inbound: ContextVar[Inbound | None] = ContextVar("current_inbound", default=None)

@@ -7,7 +7,6 @@ discord.py's REST base and gateway (process-wide), for proxies and tests.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -16,7 +15,14 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    Outbound,
+    describe,
+    take_files,
+)
 
 try:
     import aiohttp
@@ -205,14 +211,8 @@ class DiscordTransport:
         self.media = media
 
     async def _with_files(self, inbound: Inbound, message: discord.Message) -> Inbound:
-        """The inbound with its attachments downloaded from Discord's CDN and stored (or the
-        refusal its sender gets); a stranger's are never fetched. A download that fails is
-        noted, and the message still answered."""
-        media = self.media
-        if media is None or not message.attachments:
-            return inbound
-        if media.admits is not None and not await media.admits(inbound):
-            return inbound
+        """The inbound with its attachments downloaded from Discord's CDN and stored (see
+        take_files)."""
         files = [
             Incoming(
                 name=a.filename,
@@ -222,14 +222,7 @@ class DiscordTransport:
             )
             for a in message.attachments
         ]
-        try:
-            taken = await media.take(files)
-        except _FAILURES as exc:
-            log.warning("discord.file_unavailable", error=str(exc))
-            note = "[a file was attached but could not be downloaded]"
-            return replace(inbound, text=f"{inbound.text}\n{note}".strip())
-        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
-        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
+        return await take_files(inbound, self.media, files, unavailable=_FAILURES)
 
     async def _channel(self, chat_id: str) -> Any:
         assert self._client is not None, "the transport is not running"

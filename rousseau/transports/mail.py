@@ -13,7 +13,7 @@ import json
 import re
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from email import policy
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -35,6 +35,7 @@ from rousseau.transports.base import (
     MemoryKeyValue,
     Outbound,
     describe,
+    take_files,
 )
 
 if TYPE_CHECKING:
@@ -456,19 +457,7 @@ class EmailTransport:
             thread_id=root,
             sender_name=name,
         )
-        return await self._with_files(inbound, files)
-
-    async def _with_files(self, inbound: Inbound, files: list[Incoming]) -> Inbound:
-        """The inbound with its attachments (and inline images) stored, or the refusal its
-        sender gets; a stranger's are never stored."""
-        media = self.media
-        if not files or media is None:
-            return inbound
-        if media.admits is not None and not await media.admits(inbound):
-            return inbound
-        taken = await media.take(files)
-        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
-        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
+        return await take_files(inbound, self.media, files)
 
     # -- sending ------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import re
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +19,14 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    Outbound,
+    describe,
+    take_files,
+)
 
 try:
     import aiohttp
@@ -209,13 +215,7 @@ class SlackTransport:
 
     async def _with_files(self, inbound: Inbound, files: list[dict[str, Any]]) -> Inbound:
         """The inbound with its shared files downloaded (`url_private`, with the bot token)
-        and stored, or the refusal its sender gets; a stranger's are never fetched. A file
-        that cannot be fetched is noted, and the message still answered."""
-        media = self.media
-        if media is None or not files:
-            return inbound
-        if media.admits is not None and not await media.admits(inbound):
-            return inbound
+        and stored (see take_files)."""
         incoming = [
             Incoming(
                 name=str(f.get("name") or f.get("title") or "file"),
@@ -228,14 +228,8 @@ class SlackTransport:
             for f in files
             if isinstance(f, dict) and (f.get("url_private_download") or f.get("url_private"))
         ]
-        try:
-            taken = await media.take(incoming)
-        except (aiohttp.ClientError, TimeoutError, PermissionError) as exc:
-            log.warning("slack.file_unavailable", error=str(exc))
-            note = "[a file was shared but could not be downloaded]"
-            return replace(inbound, text=f"{inbound.text}\n{note}".strip())
-        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
-        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
+        unavailable = (aiohttp.ClientError, TimeoutError, PermissionError)
+        return await take_files(inbound, self.media, incoming, unavailable=unavailable)
 
     async def _download(self, url: str) -> bytes:
         """A private file, with the bot token: only ever sent to Slack's own hosts (or the

@@ -11,7 +11,6 @@ import functools
 import json
 import os
 import warnings
-from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -20,7 +19,14 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import Attachment, MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound, describe
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    Outbound,
+    describe,
+    take_files,
+)
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram_http import AiohttpRequest
 
@@ -142,7 +148,6 @@ class TelegramTransport:
             inbound = self._inbound(update_id, update)
             if inbound is not None:
                 inbound = await self._with_files(inbound, update)
-            if inbound is not None:
                 await handler(inbound)  # persisted: now it may be acknowledged
             if update is not None and update.callback_query is not None:
                 await self._answered(update.callback_query)
@@ -223,17 +228,13 @@ class TelegramTransport:
             at=message.date.timestamp() if message.date else 0.0,
         )
 
-    async def _with_files(self, inbound: Inbound, update: Any) -> Inbound | None:
-        """The inbound with its files downloaded and stored (or the refusal its sender gets);
-        before the update is acknowledged, so a crash fetches them again. A file the Bot API
-        will not give (gone, or past its 20 MB download limit) is told by a stand-in."""
+    async def _with_files(self, inbound: Inbound, update: Any) -> Inbound:
+        """The inbound with its files downloaded and stored (see take_files), before the
+        update is acknowledged, so a crash fetches them again. A file the Bot API will not
+        give (gone, or past its 20 MB download limit) is noted; a network failure leaves
+        the update to be polled again."""
         message = update.message
-        files = _files(message) if self.media is not None and message is not None else []
-        if not files or self.media is None:
-            return inbound
-        if self.media.admits is not None and not await self.media.admits(inbound):
-            return inbound  # a stranger's (or a message not for the bot): nothing fetched
-        voice = message.voice
+        voice = message.voice if message is not None else None
         incoming = [
             Incoming(
                 name=name,
@@ -243,18 +244,12 @@ class TelegramTransport:
                 voice=voice is not None and file_id == voice.file_id,
                 duration=_seconds_of(voice.duration) if voice is not None else None,
             )
-            for file_id, name, media_type, size in files
+            for file_id, name, media_type, size in (_files(message) if message else [])
         ]
         try:
-            taken = await self.media.take(incoming)
-        except BadRequest as exc:
-            log.warning("telegram.file_unavailable", error=str(exc))
-            note = "[a file was attached but could not be downloaded]"
-            return replace(inbound, text=f"{inbound.text}\n{note}".strip())
-        except TelegramError as exc:  # the network: this update is polled again
+            return await take_files(inbound, self.media, incoming, unavailable=(BadRequest,))
+        except TelegramError as exc:
             raise self._failed("downloading a file failed", exc) from exc
-        text = "\n".join(t for t in (inbound.text, *taken.notes) if t)
-        return replace(inbound, text=text, attachments=taken.attachments, refusal=taken.refusal)
 
     async def _download(self, file_id: str) -> bytes:
         file = await self.bot.get_file(file_id)
