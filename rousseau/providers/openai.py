@@ -25,7 +25,6 @@ from rousseau.providers.errors import connection_error, error_message, status_er
 
 try:
     import openai
-    from openai.types.chat import ChatCompletion
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the openai provider", "openai") from exc
 
@@ -68,23 +67,27 @@ class OpenAIProvider:
     # Requests go through the SDK's own `post` (its client, retries, auth and parsing) with
     # the JSON body built here: `chat.completions.create` would first rewrite every request
     # against its typed parameters, 3-12 ms of CPU per call, growing with the session.
+    # Replies stay the JSON objects they arrive as: building the SDK's typed models of them
+    # (a whole reply, or every streamed chunk) cost more CPU than the rest of their path.
 
     async def complete(self, request: Request) -> Response:
         try:
             reply = await self._client.post(
-                "/chat/completions", cast_to=ChatCompletion, body=self._params(request)
+                "/chat/completions", cast_to=dict[str, Any], body=self._params(request)
             )
         except openai.APIError as exc:
             raise self._translate(exc) from exc
-        if not reply.choices:
+        if not reply.get("choices"):
             raise ProviderError(self.name, "the reply had no choices")
-        choice = reply.choices[0]
-        acc = _Accumulator(text=choice.message.content or "", finish=choice.finish_reason or "")
-        for call in choice.message.tool_calls or []:
-            fn = getattr(call, "function", None)
-            if fn is not None:
-                acc.calls.append(_Call(id=call.id, name=fn.name, arguments=fn.arguments or ""))
-        acc.usage = _usage(reply.usage)
+        choice = reply["choices"][0]
+        message = choice.get("message") or {}
+        acc = _Accumulator(
+            text=message.get("content") or "", finish=choice.get("finish_reason") or ""
+        )
+        for index, call in enumerate(message.get("tool_calls") or []):
+            if call.get("function"):
+                acc.add_delta({**call, "index": index})
+        acc.usage = _usage(reply.get("usage"))
         return acc.response()
 
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
@@ -93,11 +96,9 @@ class OpenAIProvider:
         params["stream_options"] = {"include_usage": True}
         acc = _Accumulator()
         try:
-            # Chunks stay the JSON objects they arrive as: building a typed model of each
-            # (the SDK's ChatCompletionChunk) cost more CPU than the rest of the reply's path.
             stream = await self._client.post(
                 "/chat/completions",
-                cast_to=ChatCompletion,
+                cast_to=dict[str, Any],
                 body=params,
                 stream=True,
                 stream_cls=openai.AsyncStream[dict[str, Any]],
@@ -105,7 +106,7 @@ class OpenAIProvider:
             try:
                 async for chunk in stream:
                     if chunk.get("usage"):
-                        acc.usage = _usage_of(chunk["usage"])
+                        acc.usage = _usage(chunk["usage"])
                     for choice in (chunk.get("choices") or [])[:1]:
                         delta = choice.get("delta") or {}
                         if delta.get("content"):
@@ -305,22 +306,12 @@ def _arguments(call: _Call) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"invalid_json_arguments": call.arguments}
 
 
-def _usage_of(usage: dict[str, Any]) -> Usage:
+def _usage(usage: dict[str, Any] | None) -> Usage:
+    if not usage:
+        return Usage()
     details = usage.get("prompt_tokens_details") or {}
     return Usage(
         input_tokens=usage.get("prompt_tokens") or 0,
         output_tokens=usage.get("completion_tokens") or 0,
         cache_read_tokens=details.get("cached_tokens") or 0,
-    )
-
-
-def _usage(usage: Any) -> Usage:
-    if usage is None:
-        return Usage()
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) or 0
-    return Usage(
-        input_tokens=usage.prompt_tokens or 0,
-        output_tokens=usage.completion_tokens or 0,
-        cache_read_tokens=cached,
     )
