@@ -26,7 +26,7 @@ from rousseau.agent import (
 from rousseau.agent.approval import AskFn
 from rousseau.approvals import SPLITTERS
 from rousseau.config import ApproverConfig, Config, RuleConfig
-from rousseau.media import MediaIntake
+from rousseau.media import BlobStore, MediaIntake
 from rousseau.state import Store
 from rousseau.tools import Registry, Sandbox, builtin_registry
 from rousseau.tools.hardening import make_undumpable
@@ -142,14 +142,19 @@ def build_agent(
             if store is not None and recall.enabled
             else None
         ),
-        media=media_intake(config).blobs if store is not None else None,
+        media=blob_store(config) if store is not None else None,
     )
     return Agent(provider, registry if registry is not None else build_registry(config), options)
 
 
+def blob_store(config: Config) -> BlobStore:
+    """Where attachments' bytes are kept (`state.media_dir`)."""
+    return BlobStore(folder=config.state.media_folder())
+
+
 def media_intake(config: Config) -> MediaIntake:
     """Where inbound files go: the blob store, the workspace's inbox/, the limits."""
-    from rousseau.media import BlobStore, MediaLimits
+    from rousseau.media import MediaLimits
 
     t = config.media.transcription
     transcriber = None
@@ -161,7 +166,7 @@ def media_intake(config: Config) -> MediaIntake:
             base_url=t.base_url, api_key=key, model=t.model, timeout=t.timeout
         )
     return MediaIntake(
-        blobs=BlobStore(folder=config.state.media_folder()),
+        blobs=blob_store(config),
         workspace=Path(config.agent.workspace).expanduser(),
         limits=MediaLimits(max_bytes=config.media.max_bytes, types=tuple(config.media.types)),
         transcriber=transcriber,

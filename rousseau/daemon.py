@@ -98,6 +98,9 @@ class Daemon:
         self.provider = provider
         self.transports = transports if transports is not None else build_transports(config, only)
         self.chat_policies = {**configured_policies(config), **(chat_policies or {})}
+        self._media = media_intake(config)
+        """Where the transports put inbound files (its admission check is set with the
+        router), and where send_file and the sweep find the blob store."""
         self.metrics = Metrics()
         self.lag = LagProbe(self.metrics)
         self._stop = anyio.Event()
@@ -139,12 +142,11 @@ class Daemon:
                 await anyio.to_thread.run_sync(load_shell_parser)  # for bash rules: 0.2 s
             provider: Provider | None = None
             try:
-                intake = self._media = media_intake(config)
                 for name, transport in self.transports.items():
                     transport.bind_state(TransportState(store, name))
                     bind_media = getattr(transport, "bind_media", None)
                     if bind_media is not None:  # a transport that takes files in
-                        bind_media(intake)
+                        bind_media(self._media)
                 if self.provider is not None:
                     provider, name, why = self.provider, self.provider.name, "given by the caller"
                 else:

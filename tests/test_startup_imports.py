@@ -25,6 +25,7 @@ OURS = {
     "rousseau.cron.jobs", "rousseau.cron.schedule", "rousseau.cron.scheduler",
     "rousseau.cron.targets", "rousseau.cron.tool", "rousseau.daemon", "rousseau.delivery",
     "rousseau.mcp", "rousseau.mcp.client", "rousseau.media", "rousseau.media.tool",
+    "rousseau.media.transcribe",
     "rousseau.metrics", "rousseau.policy",
     "rousseau.providers", "rousseau.providers.lazy", "rousseau.router", "rousseau.state",
     "rousseau.state.daemon_state", "rousseau.state.lock", "rousseau.state.migrations",
@@ -53,6 +54,8 @@ def test_the_daemon_imports_only_what_its_first_poll_needs(tmp_path: Path) -> No
                 "telegram": {"token": "123456:TEST-token", "allowlist": [1]},
                 "state": {"path": str(tmp_path / "s.db")},
                 "health": {"listen": "127.0.0.1:9090"},
+                # transcription uses the openai SDK too: made at the first voice note
+                "media": {"transcription": {"base_url": "http://127.0.0.1:8000/v1"}},
             }
         )
     )
