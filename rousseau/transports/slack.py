@@ -291,14 +291,15 @@ class SlackTransport:
                     ],
                 },
             ]
+        if message.thread_id:
+            # Before posting: a reply in the thread may arrive before chat.postMessage returns.
+            self._remember_thread(message.chat_id, message.thread_id)
         try:
             await self.client.chat_postMessage(
                 channel=message.chat_id, text=text, thread_ts=message.thread_id, blocks=blocks
             )
         except _FAILURES as exc:
             raise self._failed("slack.bot_token", "chat.postMessage", exc) from exc
-        if message.thread_id:
-            self._remember_thread(message.chat_id, message.thread_id)
 
     def _remember_thread(self, channel: str, thread: str) -> None:
         self._threads[(channel, thread)] = None
