@@ -175,8 +175,8 @@ class Daemon:
             probes.cancel_scope.cancel()
 
     async def _close(self, provider: Provider | None, store: Store) -> None:
-        """Close every transport and the provider (each given a few seconds, a failure
-        never skipping the rest), then checkpoint and close the store."""
+        """Close every transport, the provider and the transcriber (each given a few
+        seconds, a failure never skipping the rest), then checkpoint and close the store."""
 
         async def close(what: str, aclose: Callable[[], Awaitable[None]]) -> None:
             try:
@@ -191,6 +191,9 @@ class Daemon:
             closer = getattr(provider, "aclose", None)
             if closer is not None:
                 tg.start_soon(close, "provider", closer)
+            transcriber = getattr(self._media.transcriber, "aclose", None)
+            if transcriber is not None:
+                tg.start_soon(close, "transcriber", transcriber)
         await anyio.to_thread.run_sync(functools.partial(store.close, timeout=CLOSE_TIMEOUT))
 
     def _router(self, provider: Provider, store: Store) -> Router:

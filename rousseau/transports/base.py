@@ -98,6 +98,18 @@ async def take_files(
     )
 
 
+async def file_bytes(media: MediaIntake | None, message: Outbound) -> bytes | Outbound:
+    """The bytes of the file an outbound part carries, or, when they are gone from the blob
+    store (pruned, or a store moved), the part as text saying so: a reply is never dropped
+    silently."""
+    assert message.attachment is not None
+    data = await media.blobs.read(message.attachment.sha256) if media is not None else None
+    if data is not None:
+        return data
+    note = f"{message.attachment.stand_in()} (the file is no longer stored)"
+    return replace(message, text=_lines(message.text, note), attachment=None)
+
+
 def _lines(*texts: str) -> str:
     return "\n".join(t for t in texts if t)
 

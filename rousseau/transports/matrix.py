@@ -7,6 +7,8 @@ End-to-end encrypted rooms are not supported (matrix-nio's E2EE needs libolm).
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +18,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
@@ -23,6 +26,8 @@ from rousseau.transports.base import (
     MemoryKeyValue,
     Outbound,
     describe,
+    file_bytes,
+    take_files,
 )
 
 try:
@@ -41,11 +46,23 @@ MAX_TIMEOUTS = 5
 _FAILURES = (nio.exceptions.ProtocolError, aiohttp.ClientError, OSError, TimeoutError)
 _TOKEN_REFUSED = frozenset({"M_UNKNOWN_TOKEN", "M_MISSING_TOKEN"})
 _LOGIN_REFUSED = frozenset({"M_FORBIDDEN", "M_USER_DEACTIVATED", "M_INVALID_USERNAME"})
+_GONE = frozenset({"M_NOT_FOUND", "M_TOO_LARGE", "M_NOT_YET_UPLOADED"})
+"""Download refusals that fetching again will not mend: the file is noted as unavailable."""
+MAX_FILE_BYTES = 50_000_000
+"""What send_file may attach: Synapse's default upload limit (`max_upload_size`)."""
+VOICE = "org.matrix.msc3245.voice"
+"""The key that marks an m.audio event as a voice message (Element's, MSC3245)."""
+_MSGTYPES = {"image": "m.image", "audio": "m.audio", "video": "m.video"}
+
+
+class _Unavailable(Exception):
+    """The homeserver will not give a file (gone, or over its limit)."""
 
 
 class MatrixTransport:
     name = "matrix"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
     def __init__(
@@ -73,6 +90,11 @@ class MatrixTransport:
         self._stop = anyio.Event()
         self._connected = False
         self._display_name = ""
+        self.media: MediaIntake | None = None
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take m.image, m.file, m.audio and m.video in (unbound, only text is answered)."""
+        self.media = media
 
     def bind_state(self, state: KeyValue) -> None:
         """Where the session token and the sync position are kept across restarts."""
@@ -204,26 +226,64 @@ class MatrixTransport:
         for room_id, info in reply.rooms.join.items():
             room = client.rooms.get(room_id)
             for event in info.timeline.events:
-                if not isinstance(event, nio.RoomMessageText) or event.sender == self.user_id:
+                if event.sender == self.user_id:
                     continue
                 content = event.source.get("content", {})
+                if isinstance(event, nio.RoomMessageText):
+                    text, file = event.body, None
+                elif isinstance(event, nio.RoomMessageMedia) and self.media is not None:
+                    text, file = self._caption(event, content), self._incoming(client, event)
+                else:
+                    continue
                 if "m.new_content" in content:
                     continue  # an edit
                 members = room.joined_count if room is not None else 0
                 is_dm = members <= 2
-                await handler(
-                    Inbound(
-                        transport=self.name,
-                        chat_id=room_id,
-                        sender_id=event.sender,
-                        message_id=event.event_id,
-                        text=event.body,
-                        is_group=not is_dm,
-                        mentioned=self._mentions_me(event.body, content),
-                        sender_name=room.user_name(event.sender) or "" if room else "",
-                        at=event.server_timestamp / 1000,
-                    )
+                inbound = Inbound(
+                    transport=self.name,
+                    chat_id=room_id,
+                    sender_id=event.sender,
+                    message_id=event.event_id,
+                    text=text,
+                    is_group=not is_dm,
+                    mentioned=self._mentions_me(text, content),
+                    sender_name=room.user_name(event.sender) or "" if room else "",
+                    at=event.server_timestamp / 1000,
                 )
+                if file is not None:
+                    inbound = await take_files(
+                        inbound, self.media, [file], unavailable=(_Unavailable,)
+                    )
+                await handler(inbound)
+
+    @staticmethod
+    def _caption(event: Any, content: dict[str, Any]) -> str:
+        """A media event's caption: its body, when a `filename` beside it names the file
+        (Matrix 1.10); otherwise the body is only the file's name."""
+        filename = content.get("filename")
+        return str(event.body) if filename and event.body != filename else ""
+
+    def _incoming(self, client: nio.AsyncClient, event: Any) -> Incoming:
+        content = event.source.get("content", {})
+        info = content.get("info") or {}
+        duration = info.get("duration")
+        return Incoming(
+            name=str(content.get("filename") or event.body or "file"),
+            media_type=str(info.get("mimetype") or "application/octet-stream"),
+            size=info.get("size") if isinstance(info.get("size"), int) else None,
+            fetch=functools.partial(self._download, client, event.url),
+            voice=VOICE in content,
+            duration=duration / 1000 if isinstance(duration, int | float) else None,
+        )
+
+    async def _download(self, client: nio.AsyncClient, mxc: str) -> bytes:
+        """From the media repository, authenticated (nio asks /_matrix/client/v1/media)."""
+        reply = await client.download(mxc=mxc)
+        if isinstance(reply, nio.MemoryDownloadResponse):
+            return bytes(reply.body)
+        if isinstance(reply, nio.DownloadError) and reply.status_code in _GONE:
+            raise _Unavailable(f"{mxc}: {reply.status_code}")
+        raise await self._refused("downloading a file", reply)
 
     def _mentions_me(self, body: str, content: dict[str, Any]) -> bool:
         if self.user_id in (content.get("m.mentions") or {}).get("user_ids", []):
@@ -237,14 +297,50 @@ class MatrixTransport:
 
     async def send(self, message: Outbound) -> None:
         assert self._client is not None, "the transport is not running"
+        if message.attachment is not None:
+            data = await file_bytes(self.media, message)
+            if isinstance(data, Outbound):
+                message = data
+            else:
+                return await self._send_file(self._client, message, data)
         content = {
             "msgtype": self.msgtype,
             "body": message.text,
             "format": "org.matrix.custom.html",
             "formatted_body": markdown.markdown(message.text, extensions=["fenced_code"]),
         }
+        await self._room_send(self._client, message.chat_id, content)
+
+    async def _send_file(self, client: nio.AsyncClient, message: Outbound, data: bytes) -> None:
+        """Uploaded to the media repository, then sent as m.image (shown inline), m.audio,
+        m.video or m.file, the text as its caption (Matrix 1.10: `body` beside `filename`)."""
+        attachment = message.attachment
+        assert attachment is not None
+        name = attachment.name or "file"
         try:
-            reply = await self._client.room_send(message.chat_id, "m.room.message", content)
+            uploaded, _ = await client.upload(
+                lambda *_: io.BytesIO(data),  # called again if the upload is retried
+                content_type=attachment.media_type,
+                filename=name,
+                filesize=len(data),
+            )
+        except _FAILURES as exc:
+            raise self._unreachable(exc) from exc
+        if not isinstance(uploaded, nio.UploadResponse):
+            raise await self._refused("uploading a file", uploaded)
+        major = attachment.media_type.partition("/")[0]
+        content = {
+            "msgtype": _MSGTYPES.get(major, "m.file"),
+            "body": message.text or name,
+            "filename": name,
+            "url": uploaded.content_uri,
+            "info": {"mimetype": attachment.media_type, "size": len(data)},
+        }
+        await self._room_send(client, message.chat_id, content)
+
+    async def _room_send(self, client: nio.AsyncClient, room: str, content: dict[str, Any]) -> None:
+        try:
+            reply = await client.room_send(room, "m.room.message", content)
         except _FAILURES as exc:
             raise self._unreachable(exc) from exc
         if not isinstance(reply, nio.RoomSendResponse):

@@ -25,6 +25,7 @@ from rousseau.transports.base import (
     KeyValue,
     Outbound,
     describe,
+    file_bytes,
     take_files,
 )
 from rousseau.transports.split import utf16_len
@@ -327,10 +328,9 @@ class TelegramTransport:
     ) -> None:
         """A photo where Telegram shows one inline (JPEG, PNG, WebP up to 10 MB), else a
         document under its own name; the text is the caption."""
-        data = await self.media.blobs.read(attachment.sha256) if self.media else None
-        if data is None:  # gone from the blob store: say so rather than drop it silently
-            text = f"{message.text}\n{attachment.stand_in()} (the file is no longer stored)"
-            await self.bot.send_message(chat_id=int(message.chat_id), text=text.strip())
+        data = await file_bytes(self.media, message)
+        if isinstance(data, Outbound):
+            await self.bot.send_message(chat_id=int(message.chat_id), text=data.text)
             return
         chat = int(message.chat_id)
         caption = message.text or None

@@ -142,6 +142,20 @@ class Synapse:
         except urllib.error.HTTPError as e:
             raise AssertionError(f"{method} {path}: {e.code} {e.read()[:300]!r}") from None
 
+    def raw(
+        self, method: str, path: str, data: bytes | None, token: str, content_type: str = ""
+    ) -> bytes:
+        """A call whose body (or answer) is not JSON: media uploads and downloads."""
+        headers = {"Authorization": f"Bearer {token}"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return bytes(r.read())
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"{method} {path}: {e.code} {e.read()[:300]!r}") from None
+
     def register(self, name: str, password: str = "secret-pass-123") -> dict[str, Any]:
         return self.call(
             "POST",

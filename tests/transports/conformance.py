@@ -67,3 +67,37 @@ class MentionsAfterText(Protocol):
         """A group message from the owner: `before`, then a mention of the bot, then `text`,
         marked up as the platform marks a mention typed there."""
         ...
+
+
+@dataclass(frozen=True)
+class File:
+    """A file a person sends: a photo, a document or a voice note."""
+
+    name: str
+    media_type: str
+    data: bytes
+    voice: bool = False
+    seconds: int = 0
+    """A voice note's length."""
+
+
+@dataclass(frozen=True)
+class DeliveredFile:
+    """A file the adapter sent, as the platform's fake saw it."""
+
+    chat: str
+    name: str
+    data: bytes
+    inline: bool
+    """Sent as an image the app shows in the conversation (not as a document)."""
+    caption: str = ""
+
+
+class TakesFiles(Protocol):
+    """Optional: a harness whose platform carries files both ways."""
+
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        """A direct message carrying `file`, `text` its caption (may be empty)."""
+        ...
+
+    def files_delivered(self) -> list[DeliveredFile]: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 import urllib.parse
@@ -10,7 +11,9 @@ from typing import Any, ClassVar
 from rousseau.transports.base import Transport
 from rousseau.transports.matrix import MAX_LENGTH, MatrixTransport
 from tests.matrix.synapse import Synapse
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
+
+FILE_TYPES = frozenset({"m.image", "m.file", "m.audio", "m.video"})
 
 
 class MatrixHarness:
@@ -69,17 +72,51 @@ class MatrixHarness:
     def _say(
         self, who: dict[str, Any], room: str, body: str, mention: bool = False, before: str = ""
     ) -> None:
-        if who is not self.eve:
-            self._wait_bot_joined(room)
         content: dict[str, Any] = {"msgtype": "m.text", "body": body}
         if mention:
             content["body"] = f"{before}{self.bot['user_id']}: {body}"
             content["m.mentions"] = {"user_ids": [self.bot["user_id"]]}
+        self._send(who, room, content)
+
+    def _send(self, who: dict[str, Any], room: str, content: dict[str, Any]) -> None:
+        if who is not self.eve:
+            self._wait_bot_joined(room)
         path = (
             f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/send/m.room.message/"
             f"{secrets.token_hex(8)}"
         )
         self.synapse.call("PUT", path, content, token=who["access_token"])
+
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        """Uploaded to the media repository, then sent as Element sends it: m.image, m.audio
+        (a voice message marked as MSC3245 says) or m.file, a caption in `body` beside
+        `filename`."""
+        who, room = (
+            (self.eve, self._stranger_room)
+            if sender == self.stranger
+            else (
+                self.alice,
+                self.dm_chat,
+            )
+        )
+        path = f"/_matrix/media/v3/upload?filename={urllib.parse.quote(file.name)}"
+        raw = self.synapse.raw("POST", path, file.data, who["access_token"], file.media_type)
+        info: dict[str, Any] = {"mimetype": file.media_type, "size": len(file.data)}
+        content: dict[str, Any] = {
+            "msgtype": "m.file",
+            "body": text or file.name,
+            "filename": file.name,
+            "url": json.loads(raw)["content_uri"],
+            "info": info,
+        }
+        if file.media_type.startswith("image/"):
+            content["msgtype"] = "m.image"
+        elif file.media_type.startswith("audio/"):
+            content["msgtype"] = "m.audio"
+        if file.voice:
+            info["duration"] = file.seconds * 1000
+            content["org.matrix.msc3245.voice"] = {}
+        self._send(who, room, content)
 
     def _wait_bot_joined(self, room: str) -> None:
         path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/joined_members"
@@ -114,18 +151,44 @@ class MatrixHarness:
     def drop_connection(self) -> None:
         raise NotImplementedError(self.cannot["drop_connection"])
 
-    def delivered(self) -> list[Delivered]:
+    def _bot_events(self) -> list[tuple[str, dict[str, Any]]]:
         out = []
         for room in (self.dm_chat, self.group_chat):
             path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/messages?dir=f&limit=200"
             chunk = self.synapse.call("GET", path, token=self.alice["access_token"])["chunk"]
             out += [
-                Delivered(chat=room, text=e["content"]["body"])
+                (room, e["content"])
                 for e in chunk
-                if e["type"] == "m.room.message"
-                and e["sender"] == self.bot["user_id"]
-                and not e["content"]["body"].startswith("echo: something I said")
+                if e["type"] == "m.room.message" and e["sender"] == self.bot["user_id"]
             ]
+        return out
+
+    def delivered(self) -> list[Delivered]:
+        return [
+            Delivered(chat=room, text=content["body"])
+            for room, content in self._bot_events()
+            if content.get("msgtype") not in FILE_TYPES
+            and not content["body"].startswith("echo: something I said")
+        ]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        """Each file the bot sent, downloaded as a member would (authenticated media)."""
+        out = []
+        for room, content in self._bot_events():
+            if content.get("msgtype") not in FILE_TYPES:
+                continue
+            server, media = content["url"].removeprefix("mxc://").split("/", 1)
+            path = f"/_matrix/client/v1/media/download/{server}/{media}"
+            name = content.get("filename") or content["body"]
+            out.append(
+                DeliveredFile(
+                    chat=room,
+                    name=name,
+                    data=self.synapse.raw("GET", path, None, self.alice["access_token"]),
+                    inline=content["msgtype"] == "m.image",
+                    caption=content["body"] if content["body"] != name else "",
+                )
+            )
         return out
 
     def close(self) -> None:

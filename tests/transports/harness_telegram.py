@@ -8,7 +8,7 @@ from rousseau.transports.base import Transport
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram import MAX_LENGTH, TelegramTransport
 from tests.fakes.telegram import BOT_ID, FakeTelegram
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
 
 
 class TelegramHarness:
@@ -50,6 +50,16 @@ class TelegramHarness:
             prefix=before,
         )
 
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        kind = "document"
+        if file.voice:
+            kind = "voice"
+        elif file.media_type.startswith("image/"):
+            kind = "photo"
+        user = int(sender or self.owner)
+        attach = (kind, file.data, file.name, file.media_type)
+        self._last = self.fake.push(text, chat_id=user, user_id=user, attach=attach)
+
     def own_message(self, text: str) -> None:
         self.fake.push(text, chat_id=int(self.dm_chat), user_id=BOT_ID, from_bot=True)
 
@@ -61,7 +71,24 @@ class TelegramHarness:
         self.fake.drop_polls = 1
 
     def delivered(self) -> list[Delivered]:
-        return [Delivered(chat=str(s.chat_id), text=s.text) for s in self.fake.sent]
+        return [
+            Delivered(chat=str(s.chat_id), text=s.text)
+            for s in self.fake.sent
+            if "_kind" not in s.params
+        ]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        return [
+            DeliveredFile(
+                chat=str(s.chat_id),
+                name=s.params["_filename"],
+                data=s.params["_data"],
+                inline=s.params["_kind"] == "photo",
+                caption=s.text,
+            )
+            for s in self.fake.sent
+            if "_kind" in s.params
+        ]
 
     def typing_shown(self) -> bool:
         return (int(self.dm_chat), "typing") in self.fake.actions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -19,40 +19,10 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from tests.helpers import serving
 from tests.transports.conformance import Delivered, Harness, MentionsAfterText
-from tests.transports.harness_discord import DiscordHarness
-from tests.transports.harness_email import EmailHarness
-from tests.transports.harness_imessage import IMessageHarness
-from tests.transports.harness_matrix import MatrixHarness
-from tests.transports.harness_signal import SignalHarness
-from tests.transports.harness_slack import SlackHarness
-from tests.transports.harness_telegram import TelegramHarness
-from tests.transports.harness_whatsapp import WhatsAppHarness
 
 pytestmark = pytest.mark.anyio
 
-HARNESSES: dict[str, Callable[[], Any]] = {
-    "discord": DiscordHarness,
-    "email": EmailHarness,
-    "imessage": IMessageHarness,
-    "matrix": MatrixHarness,
-    "signal": SignalHarness,
-    "slack": SlackHarness,
-    "telegram": TelegramHarness,
-    "whatsapp": WhatsAppHarness,
-}
 FENCE = re.compile(r"^(```|~~~)", re.M)
-
-
-@pytest.fixture(params=sorted(HARNESSES))
-def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    if request.param == "matrix":  # a real homeserver, started once for the session
-        made = MatrixHarness(request.getfixturevalue("synapse"))
-    elif request.param == "email":  # a real IMAP server, started once for the session
-        made = EmailHarness(request.getfixturevalue("dovecot"))
-    else:
-        made = HARNESSES[request.param]()
-    yield made
-    made.close()
 
 
 async def echo(request: Request) -> Response:

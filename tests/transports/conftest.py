@@ -1,0 +1,42 @@
+"""The conformance harness fixture: every adapter, each through its own wire-level fake (or
+the real Synapse and Dovecot of the test session)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.transports.conformance import Harness
+from tests.transports.harness_discord import DiscordHarness
+from tests.transports.harness_email import EmailHarness
+from tests.transports.harness_imessage import IMessageHarness
+from tests.transports.harness_matrix import MatrixHarness
+from tests.transports.harness_signal import SignalHarness
+from tests.transports.harness_slack import SlackHarness
+from tests.transports.harness_telegram import TelegramHarness
+from tests.transports.harness_whatsapp import WhatsAppHarness
+
+HARNESSES: dict[str, Callable[[], Any]] = {
+    "discord": DiscordHarness,
+    "email": EmailHarness,
+    "imessage": IMessageHarness,
+    "matrix": MatrixHarness,
+    "signal": SignalHarness,
+    "slack": SlackHarness,
+    "telegram": TelegramHarness,
+    "whatsapp": WhatsAppHarness,
+}
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    if request.param == "matrix":  # a real homeserver, started once for the session
+        made = MatrixHarness(request.getfixturevalue("synapse"))
+    elif request.param == "email":  # a real IMAP server, started once for the session
+        made = EmailHarness(request.getfixturevalue("dovecot"))
+    else:
+        made = HARNESSES[request.param]()
+    yield made
+    made.close()
