@@ -26,7 +26,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import Attachment, TransportAuthError, TransportError
+from rousseau.agent import TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import (
     Inbound,
@@ -35,6 +35,7 @@ from rousseau.transports.base import (
     MemoryKeyValue,
     Outbound,
     describe,
+    file_bytes,
     take_files,
 )
 
@@ -488,15 +489,16 @@ class EmailTransport:
         html = markdown.markdown(message.text, extensions=["fenced_code", "tables"])
         mail.add_alternative(f"<html><body>{html}</body></html>", subtype="html")
         if message.attachment is not None:
-            await self._attach(mail, message.attachment)
+            await self._attach(mail, message)
         return mail
 
-    async def _attach(self, mail: EmailMessage, attachment: Attachment) -> None:
-        data = await self.media.blobs.read(attachment.sha256) if self.media else None
-        if data is None:  # gone from the blob store: say so rather than drop it silently
-            mail.add_attachment(
-                f"{attachment.stand_in()} (the file is no longer stored)", filename="missing.txt"
-            )
+    async def _attach(self, mail: EmailMessage, message: Outbound) -> None:
+        """The file as an attachment; an image inline, so mail apps show it in the body."""
+        attachment = message.attachment
+        assert attachment is not None
+        data = await file_bytes(self.media, message)
+        if isinstance(data, Outbound):  # gone from the blob store: the mail says so
+            mail.add_attachment(data.text, filename="missing.txt")
             return
         maintype, _, subtype = attachment.media_type.partition("/")
         mail.add_attachment(
@@ -504,6 +506,7 @@ class EmailTransport:
             maintype=maintype or "application",
             subtype=subtype or "octet-stream",
             filename=attachment.name or "file",
+            disposition="inline" if attachment.is_image else "attachment",
         )
 
     async def send(self, message: Outbound) -> None:
@@ -561,6 +564,7 @@ def _files(message: EmailMessage) -> list[Incoming]:
                 media_type=part.get_content_type(),
                 size=len(payload),
                 fetch=functools.partial(_ready, payload),
+                voice=part.get_content_maintype() == "audio",  # a recording: its words wanted
             )
         )
     return found

@@ -10,7 +10,7 @@ from rousseau.transports.base import Transport
 from rousseau.transports.mail import MAX_LENGTH, EmailTransport
 from tests.fakes.smtp import SMTPSink
 from tests.mail.dovecot import Dovecot
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
 
 
 def mail(
@@ -76,6 +76,12 @@ class EmailHarness:
     def dm(self, text: str, *, sender: str | None = None) -> None:
         self.deliver(mail(sender or self.owner, [self.address], text))
 
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        message = mail(sender or self.owner, [self.address], text)
+        maintype, _, subtype = file.media_type.partition("/")
+        message.add_attachment(file.data, maintype=maintype, subtype=subtype, filename=file.name)
+        self.deliver(message)
+
     def group(self, text: str, *, mentioned: bool) -> None:
         others = ["friend@example.org"]
         if mentioned:
@@ -94,13 +100,31 @@ class EmailHarness:
         self.dovecot.kick(self.user)
 
     def delivered(self) -> list[Delivered]:
-        out = []
-        for message in self.smtp.messages():
-            plain = message.get_body(preferencelist=("plain",))
-            assert plain is not None
-            text = str(plain.get_content()).replace("\r\n", "\n").removesuffix("\n")
-            out.append(Delivered(chat=str(message["To"]), text=text))
-        return out
+        return [
+            Delivered(chat=str(message["To"]), text=_plain(message))
+            for message in self.smtp.messages()
+            if not list(message.iter_attachments())
+        ]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        """Each attached file, one mail per file, its text the caption."""
+        return [
+            DeliveredFile(
+                chat=str(message["To"]),
+                name=part.get_filename() or "",
+                data=part.get_payload(decode=True),
+                inline=part.get_content_disposition() == "inline",
+                caption=_plain(message),
+            )
+            for message in self.smtp.messages()
+            for part in message.iter_attachments()
+        ]
 
     def close(self) -> None:
         self.smtp.stop()
+
+
+def _plain(message: EmailMessage) -> str:
+    plain = message.get_body(preferencelist=("plain",))
+    assert plain is not None
+    return str(plain.get_content()).replace("\r\n", "\n").removesuffix("\n")
