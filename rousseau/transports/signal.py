@@ -7,18 +7,32 @@ transport fails and the supervisor restarts it with backoff.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import functools
 import itertools
 import json
+import os
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 import structlog
 from anyio.abc import Process, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rousseau.agent import TransportAuthError, TransportError
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.media import Incoming, MediaIntake
+from rousseau.transports.base import (
+    Inbound,
+    InboundHandler,
+    KeyValue,
+    Outbound,
+    file_bytes,
+    take_files,
+)
 
 log = structlog.get_logger("rousseau.signal")
 
@@ -26,6 +40,10 @@ MAX_LENGTH = 2000
 GROUP_PREFIX = "group:"
 _MENTION_MARK = "\ufffc"  # where signal puts a mention in the text
 _REQUEST_TIMEOUT = 30.0
+_DRAIN_TIMEOUT = 10.0
+"""Seconds a stopping transport waits for what signal-cli printed to be handed over."""
+MAX_FILE_BYTES = 100_000_000
+"""Signal's limit on one attachment."""
 _UNREGISTERED = ("is not registered", "authorization failed")
 """What signal-cli says when its account was never registered or linked, or was dropped."""
 
@@ -37,6 +55,7 @@ class SignalError(TransportError):
 class SignalTransport:
     name = "signal"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
     def __init__(
@@ -45,6 +64,9 @@ class SignalTransport:
         self.account = account
         self.binary = binary
         self.extra_args = list(extra_args)
+        self.attachments = _data_dir(self.extra_args) / "attachments"
+        """Where signal-cli saves what it receives, each file named by its attachment id."""
+        self.media: MediaIntake | None = None
         self._process: Process | None = None
         self._ids = itertools.count(1)
         self._pending: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
@@ -57,6 +79,10 @@ class SignalTransport:
 
     def bind_state(self, state: KeyValue) -> None:
         """signal-cli keeps the account's state in its own data folder."""
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take attachments in (unbound, only the text)."""
+        self.media = media
 
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -74,10 +100,19 @@ class SignalTransport:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._read_stderr, process, errors)
-                tg.start_soon(self._read, process, handler, tg.cancel_scope)
+                # Received messages are handed over by a task of their own, in order, so
+                # taking their files in never holds up the answers to requests.
+                inbox, received = anyio.create_memory_object_stream[dict[str, Any]](64)
+                tg.start_soon(self._read, process, inbox)
+                tg.start_soon(self._hand_over, received, handler, tg.cancel_scope)
                 log.info("signal.connected", account=self.account)
                 task_status.started()
                 await self._stop.wait()
+                # What signal-cli printed before it ends is still handed over (it counts
+                # as received), then the hand-over ends the task group.
+                with contextlib.suppress(ProcessLookupError):
+                    process.terminate()
+                await anyio.sleep(_DRAIN_TIMEOUT)
                 tg.cancel_scope.cancel()
         finally:
             self._process = None
@@ -100,16 +135,16 @@ class SignalTransport:
                 )
             raise SignalError(f"signal: signal-cli exited (code {process.returncode}): {detail}")
 
-    async def _read(self, process: Process, handler: InboundHandler, scope: Any) -> None:
+    async def _read(self, process: Process, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
         assert process.stdout is not None
         buffer = b""
-        async for chunk in process.stdout:
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    await self._on_line(line, handler)
-        scope.cancel()  # stdout closed: the process is gone
+        async with inbox:  # closed when stdout is: the process is gone
+            async for chunk in process.stdout:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        await self._on_line(line, inbox)
 
     async def _read_stderr(self, process: Process, errors: list[str]) -> None:
         assert process.stderr is not None
@@ -119,7 +154,7 @@ class SignalTransport:
                     errors.append(line.strip())
                     del errors[:-20]
 
-    async def _on_line(self, line: bytes, handler: InboundHandler) -> None:
+    async def _on_line(self, line: bytes, inbox: MemoryObjectSendStream[dict[str, Any]]) -> None:
         try:
             message = json.loads(line)
         except json.JSONDecodeError:
@@ -132,12 +167,29 @@ class SignalTransport:
                 waiting[0].set()
             return
         if message.get("method") == "receive":
-            params = message.get("params") or {}
-            inbound = self._normalise(params.get("envelope") or {})
-            if inbound is not None:
-                await handler(inbound)
+            await inbox.send(message.get("params") or {})
 
-    def _normalise(self, envelope: dict[str, Any]) -> Inbound | None:
+    async def _hand_over(
+        self,
+        received: MemoryObjectReceiveStream[dict[str, Any]],
+        handler: InboundHandler,
+        scope: anyio.CancelScope,
+    ) -> None:
+        """Each received message, its files taken in, to the handler; once signal-cli has
+        exited and all it printed was handed over, the transport's run ends."""
+        async with received:
+            async for params in received:
+                await self._take(params, handler)
+        scope.cancel()
+
+    async def _take(self, params: dict[str, Any], handler: InboundHandler) -> None:
+        found = self._normalise(params.get("envelope") or {})
+        if found is not None:
+            inbound, files = found
+            inbound = await take_files(inbound, self.media, files, unavailable=(FileNotFoundError,))
+            await handler(inbound)
+
+    def _normalise(self, envelope: dict[str, Any]) -> tuple[Inbound, list[Incoming]] | None:
         data = envelope.get("dataMessage")
         source = (
             envelope.get("sourceNumber") or envelope.get("source") or envelope.get("sourceUuid")
@@ -145,14 +197,15 @@ class SignalTransport:
         if not data or not source or source == self.account:
             return None  # receipts, typing, sync copies of our own messages
         text = data.get("message") or ""
-        if not text:
+        files = [self._incoming(a) for a in data.get("attachments") or [] if _plain_id(a)]
+        if not text and not (files and self.media is not None):
             return None
         group = (data.get("groupInfo") or {}).get("groupId")
         mentions = data.get("mentions") or []
         mentioned = any(m.get("number") == self.account for m in mentions)
         text = text.replace(_MENTION_MARK, "").strip()
         timestamp = int(envelope.get("timestamp") or data.get("timestamp") or 0)
-        return Inbound(
+        inbound = Inbound(
             transport=self.name,
             chat_id=f"{GROUP_PREFIX}{group}" if group else str(source),
             sender_id=str(source),
@@ -162,6 +215,22 @@ class SignalTransport:
             mentioned=mentioned,
             sender_name=str(envelope.get("sourceName") or ""),
             at=timestamp / 1000,
+        )
+        return inbound, files
+
+    def _incoming(self, attachment: dict[str, Any]) -> Incoming:
+        """A received attachment, read from the file signal-cli saved it in. Signal marks no
+        voice notes in what signal-cli prints: any audio is taken as one."""
+        media_type = str(attachment.get("contentType") or "application/octet-stream")
+        size = attachment.get("size")
+        return Incoming(
+            name=str(attachment.get("filename") or attachment["id"]),
+            media_type=media_type,
+            size=size if isinstance(size, int) else None,
+            fetch=functools.partial(
+                anyio.to_thread.run_sync, (self.attachments / attachment["id"]).read_bytes
+            ),
+            voice=media_type.startswith("audio/"),
         )
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
@@ -196,7 +265,17 @@ class SignalTransport:
         return {"recipient": [chat_id]}
 
     async def send(self, message: Outbound) -> None:
-        await self.request("send", {**self._target(message.chat_id), "message": message.text})
+        params: dict[str, Any] = {**self._target(message.chat_id), "message": message.text}
+        if message.attachment is not None:
+            data = await file_bytes(self.media, message)
+            if isinstance(data, Outbound):
+                params["message"] = data.text
+            else:  # a data URI with the file's name (RFC 2397, as signal-cli takes them)
+                a = message.attachment
+                encoded = base64.b64encode(data).decode()
+                name = (a.name or "file").replace(";", "_").replace(",", "_")
+                params["attachments"] = [f"data:{a.media_type};filename={name};base64,{encoded}"]
+        await self.request("send", params)
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         await self.request("sendTyping", self._target(chat_id))
@@ -216,3 +295,20 @@ class SignalTransport:
 
     async def aclose(self) -> None:
         """The signal-cli process ends with `run`; nothing else is held."""
+
+
+def _data_dir(args: Sequence[str]) -> Path:
+    """signal-cli's data folder: `--config DIR` among its arguments, else its default."""
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            return Path(args[i + 1]).expanduser()
+        if arg.startswith("--config="):
+            return Path(arg.split("=", 1)[1]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return Path(base) / "signal-cli"
+
+
+def _plain_id(attachment: Any) -> bool:
+    """An attachment signal-cli saved under a plain file name (never a path elsewhere)."""
+    name = attachment.get("id") if isinstance(attachment, dict) else None
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name

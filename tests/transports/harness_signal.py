@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -15,7 +16,7 @@ from typing import Any
 
 from rousseau.transports.base import Transport
 from rousseau.transports.signal import GROUP_PREFIX, MAX_LENGTH, SignalTransport
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
 
 FAKE = Path(__file__).parent.parent / "fakes" / "signal_cli.py"
 ACCOUNT = "+15550000000"
@@ -45,7 +46,9 @@ class SignalHarness:
         self._last: dict[str, Any] | None = None
 
     def transport(self) -> Transport:
-        return SignalTransport(ACCOUNT, binary=str(self.binary))
+        return SignalTransport(
+            ACCOUNT, binary=str(self.binary), extra_args=["--config", str(self.dir / "data")]
+        )
 
     def _inject(self, command: dict[str, Any]) -> None:
         deadline = time.monotonic() + 15
@@ -95,6 +98,31 @@ class SignalHarness:
         self._last = self.envelope(text, source=sender or self.owner)
         self._inject(self._last)
 
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        """As signal-cli prints a message whose attachment it has saved in its data folder
+        (`attachments/ID`); no text is `"message": null`."""
+        envelope = self.envelope(text, source=sender or self.owner)
+        data = envelope["envelope"]["dataMessage"]
+        attachment_id = f"{data['timestamp']}-{file.name.rsplit('.', 1)[-1]}"
+        folder = self.dir / "data" / "attachments"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / attachment_id).write_bytes(file.data)
+        data["message"] = text or None
+        data["attachments"] = [
+            {
+                "contentType": file.media_type,
+                "filename": None if file.voice else file.name,
+                "id": attachment_id,
+                "size": len(file.data),
+                "width": None,
+                "height": None,
+                "caption": None,
+                "uploadTimestamp": data["timestamp"],
+            }
+        ]
+        self._last = envelope
+        self._inject(envelope)
+
     def group(self, text: str, *, mentioned: bool) -> None:
         self._last = self.envelope(text, source=self.owner, group=True, mentioned=mentioned)
         self._inject(self._last)
@@ -120,14 +148,40 @@ class SignalHarness:
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
-    def delivered(self) -> list[Delivered]:
+    def _sends(self) -> list[tuple[str, dict[str, Any]]]:
         out = []
         for r in self.requests():
-            if r["method"] != "send":
-                continue
-            p = r["params"]
-            chat = f"{GROUP_PREFIX}{p['groupId']}" if "groupId" in p else p["recipient"][0]
-            out.append(Delivered(chat=chat, text=p["message"]))
+            if r["method"] == "send":
+                p = r["params"]
+                chat = f"{GROUP_PREFIX}{p['groupId']}" if "groupId" in p else p["recipient"][0]
+                out.append((chat, p))
+        return out
+
+    def delivered(self) -> list[Delivered]:
+        return [
+            Delivered(chat=chat, text=p["message"])
+            for chat, p in self._sends()
+            if not p.get("attachments")
+        ]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        """Attachments sent as data URIs (`data:TYPE;filename=NAME;base64,DATA`)."""
+        out = []
+        for chat, p in self._sends():
+            for uri in p.get("attachments") or []:
+                header, _, encoded = uri.partition(",")
+                media_type, *options = header.removeprefix("data:").split(";")
+                assert options[-1] == "base64", uri[:80]
+                names = [o.removeprefix("filename=") for o in options if o.startswith("filename=")]
+                out.append(
+                    DeliveredFile(
+                        chat=chat,
+                        name=names[0] if names else "",
+                        data=base64.b64decode(encoded),
+                        inline=media_type.startswith("image/"),  # Signal shows images inline
+                        caption=p["message"],
+                    )
+                )
         return out
 
     def typing_shown(self) -> bool:
