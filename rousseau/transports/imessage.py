@@ -10,6 +10,7 @@ the cursor.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -22,6 +23,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import TransportAuthError, TransportError
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
@@ -29,6 +31,8 @@ from rousseau.transports.base import (
     MemoryKeyValue,
     Outbound,
     describe,
+    file_bytes,
+    take_files,
 )
 
 if TYPE_CHECKING:
@@ -38,11 +42,17 @@ log = structlog.get_logger("rousseau.imessage")
 
 MAX_LENGTH = 4000
 PAGE = 100
+MAX_FILE_BYTES = 100_000_000
+"""What send_file may attach: iMessage itself takes files far larger."""
 _ATTACHMENT_MARK = "\ufffc"
 
 
 class IMessageError(TransportError):
     """The BlueBubbles server could not be reached or refused a call."""
+
+
+class _Gone(Exception):
+    """An attachment the Mac no longer has."""
 
 
 def is_group_chat(chat_guid: str) -> bool:
@@ -53,6 +63,7 @@ def is_group_chat(chat_guid: str) -> bool:
 class IMessageTransport:
     name = "imessage"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
     def __init__(
@@ -76,9 +87,16 @@ class IMessageTransport:
         self._client: httpx.AsyncClient | None = None
         self._connected = False
         self._stop = anyio.Event()
+        self.media: MediaIntake | None = None
+        self._caption_due: dict[tuple[str, str, str], None] = {}
+        """Files sent whose caption is still to go: a retry of the part sends only that."""
 
     def bind_state(self, state: KeyValue) -> None:
         self._state = state
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take attachments in (unbound, only the text)."""
+        self.media = media
 
     @property
     def connected(self) -> bool:
@@ -91,13 +109,38 @@ class IMessageTransport:
             self._client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout)
         return self._client
 
-    async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One API call; returns its `data`. Errors never carry the URL (it holds the password)."""
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        files: dict[str, tuple[str, bytes, str]] | None = None,
+    ) -> Any:
+        """One API call (a JSON body, or a form with `files`); returns its `data`. Errors
+        never carry the URL (it holds the password)."""
+        response = await self._request(method, path, body, files)
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = {}
+        return payload.get("data")
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        files: dict[str, tuple[str, bytes, str]] | None = None,
+    ) -> httpx.Response:
+        """The answer to one call, unless the server refused it (then an error, the
+        password masked)."""
         import httpx
 
+        form = {"json": body} if files is None else {"data": body, "files": files}
         try:
             response = await self._http().request(
-                method, path, params={"password": self.password}, json=body
+                method, path, params={"password": self.password}, **form
             )
         except httpx.HTTPError as exc:
             detail = describe(f"{type(exc).__name__} {exc}", self.password)
@@ -107,15 +150,17 @@ class IMessageTransport:
                 "imessage.password: the BlueBubbles server answered HTTP 401 (wrong password); "
                 "set the server's password"
             )
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = {}
         if response.status_code != 200:
+            try:
+                payload = response.json()
+            except ValueError:
+                payload = {}
             detail = payload.get("error", {}).get("message") or payload.get("message") or ""
             detail = describe(str(detail), self.password)
-            raise IMessageError(f"imessage: {path}: HTTP {response.status_code} {detail}".strip())
-        return payload.get("data")
+            error = IMessageError(f"imessage: {path}: HTTP {response.status_code} {detail}".strip())
+            error.status = response.status_code  # type: ignore[attr-defined]
+            raise error
+        return response
 
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -152,7 +197,7 @@ class IMessageTransport:
             "offset": 0,
             "sort": "ASC",
             "after": cursor["at"],
-            "with": ["chat", "handle"],
+            "with": ["chat", "handle", "attachment"],
         }
         messages = await self.call("POST", "/api/v1/message/query", body) or []
         fresh = 0
@@ -163,7 +208,9 @@ class IMessageTransport:
                 continue  # seen already (the server's `after` is inclusive)
             fresh += 1
             inbound = self._normalise(message)
-            if inbound is not None:
+            if inbound is not None:  # its files taken in before the cursor moves past it
+                files = self._files(message)
+                inbound = await take_files(inbound, self.media, files, unavailable=(_Gone,))
                 await handler(inbound)  # returns once persisted
             if at > cursor["at"]:
                 cursor["at"], cursor["guids"] = at, []
@@ -177,8 +224,9 @@ class IMessageTransport:
         text = str(message.get("text") or "").replace(_ATTACHMENT_MARK, "").strip()
         chats = message.get("chats") or []
         sender = str((message.get("handle") or {}).get("address") or "")
-        if not text or not chats or not sender:
-            return None  # attachments, reactions, system messages
+        files = self.media is not None and bool(message.get("attachments"))
+        if not (text or files) or not chats or not sender:
+            return None  # reactions, system messages (and files, unless taken in)
         chat = str(chats[0].get("guid") or "")
         group = is_group_chat(chat)
         return Inbound(
@@ -192,7 +240,51 @@ class IMessageTransport:
             at=int(message.get("dateCreated") or 0) / 1000,
         )
 
+    def _files(self, message: dict[str, Any]) -> list[Incoming]:
+        """A message's attachments, downloaded from the Mac when taken in. An audio
+        message (recorded in Messages) is a voice note."""
+        return [
+            Incoming(
+                name=str(a.get("transferName") or "attachment"),
+                media_type=str(a.get("mimeType") or "application/octet-stream"),
+                size=a.get("totalBytes") if isinstance(a.get("totalBytes"), int) else None,
+                fetch=functools.partial(self._download, str(a["guid"])),
+                voice=bool(message.get("isAudioMessage")),
+            )
+            for a in message.get("attachments") or []
+            if isinstance(a, dict) and a.get("guid")
+        ]
+
+    async def _download(self, guid: str) -> bytes:
+        from urllib.parse import quote
+
+        try:
+            response = await self._request("GET", f"/api/v1/attachment/{quote(guid)}/download")
+        except IMessageError as exc:
+            if getattr(exc, "status", 0) in (404, 410):
+                raise _Gone(str(exc)) from exc
+            raise
+        return response.content
+
     async def send(self, message: Outbound) -> None:
+        if message.attachment is not None:
+            key = (message.chat_id, message.attachment.sha256, message.text)
+            data = await file_bytes(self.media, message)
+            if isinstance(data, Outbound):
+                message = data
+            elif key not in self._caption_due:  # else sent, and only its caption failed
+                await self._send_file(message, data)
+                if not message.text:
+                    return
+                self._caption_due[key] = None
+                while len(self._caption_due) > 100:
+                    self._caption_due.pop(next(iter(self._caption_due)))
+            await self._send_text(message)
+            self._caption_due.pop(key, None)
+            return
+        await self._send_text(message)
+
+    async def _send_text(self, message: Outbound) -> None:
         body: dict[str, Any] = {
             "chatGuid": message.chat_id,
             "tempGuid": f"temp-{uuid.uuid4()}",
@@ -203,6 +295,21 @@ class IMessageTransport:
             body["selectedMessageGuid"] = message.reply_to
             body["partIndex"] = 0
         await self.call("POST", "/api/v1/message/text", body)
+
+    async def _send_file(self, message: Outbound, data: bytes) -> None:
+        """The file (Messages shows an image inline); a caption follows as its own message,
+        as BlueBubbles sends a file without text."""
+        attachment = message.attachment
+        assert attachment is not None
+        name = attachment.name or "file"
+        form = {
+            "chatGuid": message.chat_id,
+            "tempGuid": f"temp-{uuid.uuid4()}",
+            "name": name,
+            "method": "private-api" if self.private_api else "apple-script",
+        }
+        files = {"attachment": (name, data, attachment.media_type)}
+        await self.call("POST", "/api/v1/message/attachment", form, files=files)
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         if self.private_api:  # plain AppleScript cannot show typing

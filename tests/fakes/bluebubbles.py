@@ -25,12 +25,19 @@ class FakeBlueBubbles(AioServer):
         self.messages: list[dict[str, Any]] = []
         self.sent: list[dict[str, Any]] = []
         self.typing: list[str] = []
+        self.files: dict[str, tuple[str, str, bytes]] = {}
+        """Attachments on the Mac by guid: (name, media type, bytes)."""
+        self.sent_files: list[dict[str, Any]] = []
         self.queries: list[dict[str, Any]] = []
         self.fail_queries = 0
         """Answer this many queries with 502, as a dying link would."""
+        self.fail_texts = 0
+        """Answer this many text sends with 502."""
         self.lock = threading.Lock()
         self._last_at = 0
         self._guids = itertools.count(1)
+        self._seq = itertools.count(1)
+        """Orders everything sent (texts and files alike): `_seq` in each record."""
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/api/v1/ping", self._ping)
@@ -38,18 +45,46 @@ class FakeBlueBubbles(AioServer):
         app.router.add_post("/api/v1/message/query", self._query)
         app.router.add_post("/api/v1/message/text", self._text)
         app.router.add_post("/api/v1/chat/{guid}/typing", self._typing)
+        app.router.add_get("/api/v1/attachment/{guid}/download", self._download)
+        app.router.add_post("/api/v1/message/attachment", self._attachment)
 
     def receive(
-        self, text: str, *, sender: str, chat: str, at: int | None = None, from_me: bool = False
+        self,
+        text: str,
+        *,
+        sender: str,
+        chat: str,
+        at: int | None = None,
+        from_me: bool = False,
+        file: tuple[str, str, bytes] | None = None,
+        audio_message: bool = False,
     ) -> dict[str, Any]:
+        """A message on the Mac; `file` (name, media type, bytes) is attached as Messages
+        attaches one: U+FFFC in the text where it sits, the file listed by guid."""
         message = {
             "guid": f"msg-{next(self._guids)}",
             "text": text,
             "isFromMe": from_me,
+            "isAudioMessage": audio_message,
             "dateCreated": at if at is not None else self._now(),
             "handle": None if from_me else {"address": sender},
             "chats": [{"guid": chat}],
+            "attachments": [],
         }
+        if file is not None:
+            guid = f"att-{next(self._guids)}"
+            name, media_type, data = file
+            self.files[guid] = file
+            message["text"] = "\ufffc" + text
+            message["attachments"] = [
+                {
+                    "guid": guid,
+                    "transferName": name,
+                    "mimeType": media_type,
+                    "totalBytes": len(data),
+                    "isOutgoing": from_me,
+                }
+            ]
         self.add(message)
         return message
 
@@ -109,7 +144,10 @@ class FakeBlueBubbles(AioServer):
             error = {"type": "Validation Error", "message": "chatGuid and tempGuid are required"}
             return web.json_response({"status": 400, "error": error}, status=400)
         with self.lock:
-            self.sent.append(body)
+            if self.fail_texts:
+                self.fail_texts -= 1
+                return web.json_response({"status": 502, "message": "Bad gateway"}, status=502)
+            self.sent.append({**body, "_seq": next(self._seq)})
         echo = self.receive(body["message"], sender="", chat=body["chatGuid"], from_me=True)
         return self._ok(echo, "Message sent!")
 
@@ -118,3 +156,45 @@ class FakeBlueBubbles(AioServer):
             return denied
         self.typing.append(request.match_info["guid"])
         return self._ok(None)
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        if denied := self._denied(request):
+            return denied
+        found = self.files.get(request.match_info["guid"])
+        if found is None:
+            return web.json_response({"status": 404, "message": "Attachment not found"}, status=404)
+        _, media_type, data = found
+        return web.Response(body=data, content_type=media_type)
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        """A file sent from the Mac: a multipart form (chatGuid, tempGuid, name, attachment)."""
+        if denied := self._denied(request):
+            return denied
+        form = await request.post()
+        upload = form.get("attachment")
+        if (
+            not form.get("chatGuid")
+            or not form.get("tempGuid")
+            or not isinstance(upload, web.FileField)
+        ):
+            error = {"type": "Validation Error", "message": "chatGuid and attachment are required"}
+            return web.json_response({"status": 400, "error": error}, status=400)
+        data = upload.file.read()
+        sent = {
+            "chatGuid": str(form["chatGuid"]),
+            "name": str(form.get("name") or upload.filename),
+            "mimeType": upload.content_type,
+            "data": data,
+            "method": str(form.get("method") or ""),
+            "_seq": next(self._seq),
+        }
+        with self.lock:
+            self.sent_files.append(sent)
+        echo = self.receive(
+            "",
+            sender="",
+            chat=sent["chatGuid"],
+            from_me=True,
+            file=(sent["name"], upload.content_type, data),
+        )
+        return self._ok(echo, "Attachment sent!")

@@ -7,7 +7,7 @@ from typing import Any
 from rousseau.transports.base import Transport
 from rousseau.transports.imessage import MAX_LENGTH, IMessageTransport
 from tests.fakes.bluebubbles import PASSWORD, FakeBlueBubbles
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
 
 
 class IMessageHarness:
@@ -32,6 +32,16 @@ class IMessageHarness:
         sender = sender or self.owner
         self.last = self.server.receive(text, sender=sender, chat=f"iMessage;-;{sender}")
 
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        sender = sender or self.owner
+        self.last = self.server.receive(
+            text,
+            sender=sender,
+            chat=f"iMessage;-;{sender}",
+            file=(file.name, file.media_type, file.data),
+            audio_message=file.voice,
+        )
+
     def group(self, text: str, *, mentioned: bool) -> None:
         text = f"@rousseau {text}" if mentioned else text
         self.last = self.server.receive(text, sender=self.owner, chat=self.group_chat)
@@ -50,9 +60,40 @@ class IMessageHarness:
     def drop_connection(self) -> None:
         self.server.fail_queries = 1
 
-    def delivered(self) -> list[Delivered]:
+    def _captions(self) -> dict[int, dict[str, Any]]:
+        """Texts sent right after a file to the same chat, by the file's place: BlueBubbles
+        sends a file without text, so its caption follows it."""
         with self.server.lock:
-            return [Delivered(chat=s["chatGuid"], text=s["message"]) for s in self.server.sent]
+            files = {f["_seq"]: f for f in self.server.sent_files}
+            texts = list(self.server.sent)
+        return {
+            t["_seq"] - 1: t
+            for t in texts
+            if t["_seq"] - 1 in files and files[t["_seq"] - 1]["chatGuid"] == t["chatGuid"]
+        }
+
+    def delivered(self) -> list[Delivered]:
+        captions = {id(t) for t in self._captions().values()}
+        with self.server.lock:
+            sent = list(self.server.sent)
+        return [
+            Delivered(chat=s["chatGuid"], text=s["message"]) for s in sent if id(s) not in captions
+        ]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        captions = self._captions()
+        with self.server.lock:
+            files = list(self.server.sent_files)
+        return [
+            DeliveredFile(
+                chat=f["chatGuid"],
+                name=f["name"],
+                data=f["data"],
+                inline=f["mimeType"].startswith("image/"),  # as Messages shows it
+                caption=captions[f["_seq"]]["message"] if f["_seq"] in captions else "",
+            )
+            for f in files
+        ]
 
     def typing_shown(self) -> bool:
         return bool(self.server.typing)

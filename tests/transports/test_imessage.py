@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from rousseau.agent import TransportAuthError
+from rousseau.media import BlobStore, MediaIntake
+from rousseau.transports.base import Outbound
 from rousseau.transports.imessage import IMessageError, IMessageTransport
 from tests.fakes.bluebubbles import PASSWORD
 from tests.transports.harness_imessage import IMessageHarness
@@ -116,3 +118,25 @@ async def test_unreachable_server_is_one_clear_error() -> None:
             await transport.check()
     finally:
         await transport.aclose()
+
+
+async def test_a_file_whose_caption_failed_is_not_sent_again(
+    harness: IMessageHarness, tmp_path: Path
+) -> None:
+    """BlueBubbles sends a file without text: the caption goes after it. When only the
+    caption fails, the outbox's retry sends the caption, not the file a second time."""
+    transport = IMessageTransport(harness.server.url, PASSWORD)
+    media = MediaIntake(blobs=BlobStore(folder=tmp_path / "media"), workspace=tmp_path)
+    transport.bind_media(media)
+    chart = await media.blobs.put(b"\x89PNG chart", media_type="image/png", name="chart.png")
+    part = Outbound(
+        transport="imessage", chat_id=harness.dm_chat, text="November", attachment=chart
+    )
+    harness.server.fail_texts = 1
+    with pytest.raises(IMessageError):
+        await transport.send(part)
+    await transport.send(part)
+    await transport.aclose()
+    [sent] = harness.files_delivered()
+    assert (sent.name, sent.data, sent.caption) == ("chart.png", b"\x89PNG chart", "November")
+    assert [s["message"] for s in harness.server.sent] == ["November"]
