@@ -8,6 +8,7 @@ connection is retried with backoff.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
@@ -27,6 +29,8 @@ from rousseau.transports.base import (
     MemoryKeyValue,
     Outbound,
     describe,
+    file_bytes,
+    take_files,
 )
 
 try:
@@ -40,6 +44,12 @@ MAX_LENGTH = 4000
 USER_SERVER = "s.whatsapp.net"
 LID_SERVER = "lid"
 GROUP_SERVER = "g.us"
+MAX_FILE_BYTES = 100_000_000
+"""WhatsApp's limit on a document (images are recompressed by the app, not by us)."""
+_IMAGES = frozenset({"image/jpeg", "image/png", "image/webp"})
+"""What WhatsApp shows inline; other images go as documents."""
+_MEDIA = ("imageMessage", "documentMessage", "audioMessage", "videoMessage")
+_EXTENSIONS = {"imageMessage": "jpg", "audioMessage": "ogg", "videoMessage": "mp4"}
 
 EventHandler = Callable[[Any], Awaitable[None]]
 
@@ -59,6 +69,17 @@ class WhatsAppClient(Protocol):
 
     async def send_text(self, jid: str, text: str) -> str:
         """Send a text; return the message id (to recognise its echo)."""
+        ...
+
+    async def send_file(
+        self, jid: str, data: bytes, *, media_type: str, name: str, caption: str, image: bool
+    ) -> str:
+        """Upload a file and send it, as an image shown inline or as a document; return the
+        message id."""
+        ...
+
+    async def download(self, message: Any) -> bytes:
+        """The file a received message carries, fetched and decrypted."""
         ...
 
     async def typing(self, jid: str, on: bool) -> None: ...
@@ -82,6 +103,7 @@ def jid_parts(jid: Any) -> tuple[str, str]:
 class WhatsAppTransport:
     name = "whatsapp"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
     def __init__(self, client: WhatsAppClient) -> None:
@@ -93,11 +115,16 @@ class WhatsAppTransport:
         self._changed = anyio.Event()
         self._handler: InboundHandler | None = None
         self._sent_ids: OrderedDict[str, None] = OrderedDict()
+        self.media: MediaIntake | None = None
         client.on_event(self._on_event)
 
     def bind_state(self, state: KeyValue) -> None:
         """Where the LID-to-phone map is kept."""
         self.state = state
+
+    def bind_media(self, media: MediaIntake) -> None:
+        """Take images, documents, audio and voice notes in (unbound, only the text)."""
+        self.media = media
 
     @property
     def connected(self) -> bool:
@@ -159,6 +186,8 @@ class WhatsAppTransport:
         elif isinstance(event, MessageEv) and self._handler is not None:
             inbound = await self._normalise(event)
             if inbound is not None:
+                files = self._files(event.Message)
+                inbound = await take_files(inbound, self.media, files, unavailable=(_Gone,))
                 await self._handler(inbound)
             return
         self._signal()
@@ -181,9 +210,12 @@ class WhatsAppTransport:
         source = info.MessageSource
         if info.ID in self._sent_ids:
             return None  # the echo of what we sent
-        message = event.Message
+        message = _unwrapped(event.Message)
+        media = _media_of(message)
         text = message.conversation or message.extendedTextMessage.text
-        if not text:
+        if media is not None:
+            text = media.caption if media.DESCRIPTOR.fields_by_name.get("caption") else ""
+        if not text and (media is None or self.media is None):
             return None
         chat_user, chat_server = jid_parts(source.Chat)
         sender = await self._phone(source.Sender, source.SenderAlt)
@@ -193,7 +225,7 @@ class WhatsAppTransport:
             if source.IsGroup or chat_user not in own:
                 return None
         is_group = bool(source.IsGroup) or chat_server == GROUP_SERVER
-        context = message.extendedTextMessage.contextInfo
+        context = (media if media is not None else message.extendedTextMessage).contextInfo
         mentioned = any(jid_parts_str(m)[0] in own for m in context.mentionedJID) or (
             bool(context.participant) and jid_parts_str(context.participant)[0] in own
         )
@@ -210,9 +242,50 @@ class WhatsAppTransport:
             at=float(info.Timestamp or 0) / (1000 if info.Timestamp > 10**11 else 1),
         )
 
+    def _files(self, message: Any) -> list[Incoming]:
+        """The file a message carries (WhatsApp sends one per message); a push-to-talk
+        audio is a voice note."""
+        message = _unwrapped(message)
+        media = _media_of(message)
+        if media is None:
+            return []
+        kind = media.DESCRIPTOR.name[0].lower() + media.DESCRIPTOR.name[1:]
+        is_audio = kind == "audioMessage"
+        name = getattr(media, "fileName", "") if kind == "documentMessage" else ""
+        return [
+            Incoming(
+                name=name or f"{kind.removesuffix('Message')}.{_EXTENSIONS.get(kind, 'bin')}",
+                media_type=(media.mimetype or "application/octet-stream").split(";")[0],
+                size=int(media.fileLength) or None,
+                fetch=functools.partial(self._download, message),
+                voice=is_audio and bool(media.PTT),
+                duration=float(media.seconds) if is_audio and media.seconds else None,
+            )
+        ]
+
+    async def _download(self, message: Any) -> bytes:
+        try:
+            return await self.client.download(message)
+        except Exception as exc:  # neonize's DownloadError and kin: gone from WhatsApp
+            raise _Gone(describe(exc)) from exc
+
     async def send(self, message: Outbound) -> None:
         try:
-            sent_id = await self.client.send_text(message.chat_id, message.text)
+            if message.attachment is not None:
+                data = await file_bytes(self.media, message)
+                if isinstance(data, Outbound):
+                    sent_id = await self.client.send_text(message.chat_id, data.text)
+                else:
+                    sent_id = await self.client.send_file(
+                        message.chat_id,
+                        data,
+                        media_type=message.attachment.media_type,
+                        name=message.attachment.name or "file",
+                        caption=message.text,
+                        image=message.attachment.media_type in _IMAGES,
+                    )
+            else:
+                sent_id = await self.client.send_text(message.chat_id, message.text)
         except Exception as exc:  # neonize's own errors, whatever whatsmeow reports
             raise TransportError(f"whatsapp: sending failed ({describe(exc)})") from exc
         self._sent_ids[sent_id] = None
@@ -236,6 +309,25 @@ class WhatsAppTransport:
 
     async def aclose(self) -> None:
         """The client disconnects when `run` ends; nothing else is held."""
+
+
+class _Gone(Exception):
+    """A file WhatsApp will no longer give (expired from its servers, or undecryptable)."""
+
+
+def _unwrapped(message: Any) -> Any:
+    """The message inside WhatsApp's wrappers (a document with a caption comes wrapped)."""
+    if message.HasField("documentWithCaptionMessage"):
+        return message.documentWithCaptionMessage.message
+    return message
+
+
+def _media_of(message: Any) -> Any:
+    """The image, document, audio or video part of a message, if it has one."""
+    for field in _MEDIA:
+        if message.HasField(field):
+            return getattr(message, field)
+    return None
 
 
 def _logged_out(why: str) -> LoggedOut:
@@ -304,6 +396,46 @@ class NeonizeClient:
         user, server = jid_parts_str(jid)
         response = await self._client.send_message(build_jid(user, server), text)
         return str(response.ID)
+
+    async def send_file(
+        self, jid: str, data: bytes, *, media_type: str, name: str, caption: str, image: bool
+    ) -> str:
+        """Uploaded, then sent as an image or a document message built here: neonize's own
+        builders decode the image for a thumbnail, and nothing is rendered on this host."""
+        from neonize.proto.waE2E.WAWebProtobufsE2E_pb2 import (
+            DocumentMessage,
+            ImageMessage,
+            Message,
+        )
+        from neonize.utils.enum import MediaType
+        from neonize.utils.jid import build_jid
+
+        upload = await self._client.upload(
+            data, MediaType.MediaImage if image else MediaType.MediaDocument
+        )
+        common: dict[str, Any] = {
+            "URL": upload.url,
+            "directPath": upload.DirectPath,
+            "fileEncSHA256": upload.FileEncSHA256,
+            "fileLength": upload.FileLength,
+            "fileSHA256": upload.FileSHA256,
+            "mediaKey": upload.MediaKey,
+            "mimetype": media_type,
+            "caption": caption or None,
+        }
+        if image:
+            message = Message(imageMessage=ImageMessage(**common))
+        else:
+            message = Message(documentMessage=DocumentMessage(**common, fileName=name, title=name))
+        user, server = jid_parts_str(jid)
+        response = await self._client.send_message(build_jid(user, server), message)
+        return str(response.ID)
+
+    async def download(self, message: Any) -> bytes:
+        data = await self._client.download_any(message)
+        if data is None:
+            raise TransportError("whatsapp: the file is not available")
+        return bytes(data)
 
     async def typing(self, jid: str, on: bool) -> None:
         from neonize.utils.enum import ChatPresence, ChatPresenceMedia

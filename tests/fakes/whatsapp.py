@@ -3,6 +3,7 @@ messages whatsmeow sends up) and records what the adapter sends."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from typing import Any
@@ -20,6 +21,9 @@ class FakeWhatsAppClient:
     def __init__(self) -> None:
         self.handlers: list[EventHandler] = []
         self.sent: list[tuple[str, str]] = []
+        self.sent_files: list[dict[str, Any]] = []
+        self.files: dict[bytes, bytes] = {}
+        """What the phone's contacts sent, by the fileSHA256 their messages carry."""
         self.sent_ids: list[str] = []
         self.presence: list[tuple[str, bool]] = []
         self.connects = 0
@@ -45,6 +49,29 @@ class FakeWhatsAppClient:
         self.sent.append((jid, text))
         self.sent_ids.append(message_id)
         return message_id
+
+    async def send_file(
+        self, jid: str, data: bytes, *, media_type: str, name: str, caption: str, image: bool
+    ) -> str:
+        message_id = f"OUT{next(self._ids)}"
+        self.sent_files.append(
+            {
+                "jid": jid,
+                "data": data,
+                "media_type": media_type,
+                "name": name,
+                "caption": caption,
+                "image": image,
+            }
+        )
+        self.sent_ids.append(message_id)
+        return message_id
+
+    async def download(self, message: Any) -> bytes:
+        for field in ("imageMessage", "documentMessage", "audioMessage", "videoMessage"):
+            if message.HasField(field):
+                return self.files[getattr(message, field).fileSHA256]
+        raise ValueError("no media in this message")
 
     async def typing(self, jid: str, on: bool) -> None:
         self.presence.append((jid, on))
@@ -74,7 +101,12 @@ class FakeWhatsAppClient:
         mentions: list[str] | None = None,
         extended: bool = False,
         message_id: str | None = None,
+        file: tuple[str, str, bytes] | None = None,
+        voice_seconds: int = 0,
     ) -> MessageEv:
+        """A message as whatsmeow hands it up; `file` (name, media type, bytes) makes it an
+        image, a document (wrapped, as WhatsApp wraps one with a caption) or an audio
+        message (push-to-talk when `voice_seconds`), `text` its caption."""
         ev = MessageEv()
         ev.Info.ID = message_id or f"IN{next(self._ids)}"
         ev.Info.Timestamp = int(time.time())
@@ -88,7 +120,24 @@ class FakeWhatsAppClient:
         src.Chat.User, src.Chat.Server = chat_user, chat_server
         src.IsGroup = chat_server == "g.us"
         src.IsFromMe = from_me
-        if extended or mentions:
+        if file is not None:
+            name, media_type, data = file
+            digest = hashlib.sha256(data).digest()
+            self.files[digest] = data
+            if media_type.startswith("image/"):
+                media: Any = ev.Message.imageMessage
+                media.caption = text
+            elif media_type.startswith("audio/"):
+                media = ev.Message.audioMessage
+                media.PTT = bool(voice_seconds)
+                media.seconds = voice_seconds
+            else:
+                media = ev.Message.documentWithCaptionMessage.message.documentMessage
+                media.fileName, media.caption = name, text
+            media.mimetype = media_type
+            media.fileLength = len(data)
+            media.fileSHA256 = digest
+        elif extended or mentions:
             ev.Message.extendedTextMessage.text = text
             for m in mentions or []:
                 ev.Message.extendedTextMessage.contextInfo.mentionedJID.append(m)

@@ -7,7 +7,7 @@ from typing import Any
 from rousseau.transports.base import Transport
 from rousseau.transports.whatsapp import MAX_LENGTH, WhatsAppTransport
 from tests.fakes.whatsapp import OWN_PHONE, FakeWhatsAppClient
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
 
 GROUP = "120363000000000001"
 
@@ -30,6 +30,15 @@ class WhatsAppHarness:
 
     def dm(self, text: str, *, sender: str | None = None) -> None:
         self._last = self.client.message(text, sender=sender or self.owner)
+        self.client.deliver(self._last)
+
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        self._last = self.client.message(
+            text,
+            sender=sender or self.owner,
+            file=(file.name, file.media_type, file.data),
+            voice_seconds=file.seconds if file.voice else 0,
+        )
         self.client.deliver(self._last)
 
     def group(self, text: str, *, mentioned: bool) -> None:
@@ -65,6 +74,18 @@ class WhatsAppHarness:
 
     def delivered(self) -> list[Delivered]:
         return [Delivered(chat=jid, text=text) for jid, text in self.client.sent]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        return [
+            DeliveredFile(
+                chat=f["jid"],
+                name=f["name"],
+                data=f["data"],
+                inline=f["image"],
+                caption=f["caption"],
+            )
+            for f in self.client.sent_files
+        ]
 
     def typing_shown(self) -> bool:
         return (self.dm_chat, True) in self.client.presence

@@ -137,3 +137,54 @@ async def test_logged_out_stops_retrying_and_transient_disconnects_reconnect(
     assert "whatsapp.logged_out" in events and "transport.stopped" in events
     stopped = next(e for e in logs if e["event"] == "transport.stopped")
     assert "rousseau whatsapp login" in str(stopped["error"])
+
+
+class Recorder:
+    """Where neonize's client would upload and send: records what it is given."""
+
+    def __init__(self) -> None:
+        self.uploads: list[tuple[bytes, object]] = []
+        self.messages: list[tuple[object, object]] = []
+
+    async def upload(self, data: bytes, media_type: object) -> object:
+        from neonize.proto.Neonize_pb2 import UploadResponse
+
+        self.uploads.append((data, media_type))
+        return UploadResponse(url="https://mmg.example/x", DirectPath="/x", FileLength=len(data))
+
+    async def send_message(self, to: object, message: object) -> object:
+        from types import SimpleNamespace
+
+        self.messages.append((to, message))
+        return SimpleNamespace(ID="OUT1")
+
+
+async def test_files_go_out_as_image_or_document_messages_without_a_thumbnail(
+    tmp_path: Path,
+) -> None:
+    from neonize.utils.enum import MediaType
+
+    from rousseau.transports.whatsapp import NeonizeClient
+
+    client = NeonizeClient(str(tmp_path / "session.db"))
+    recorder = Recorder()
+    client._client = recorder  # type: ignore[assignment]
+    jid = "15551230001@s.whatsapp.net"
+    png = b"\x89PNG not decoded here"
+    await client.send_file(
+        jid, png, media_type="image/png", name="chart.png", caption="November", image=True
+    )
+    await client.send_file(
+        jid, b"a,b\n", media_type="text/csv", name="table.csv", caption="", image=False
+    )
+    assert [m for _, m in recorder.uploads] == [MediaType.MediaImage, MediaType.MediaDocument]
+    (_, photo), (_, document) = recorder.messages
+    image = photo.imageMessage  # type: ignore[attr-defined]
+    assert (image.caption, image.mimetype, image.URL) == (
+        "November",
+        "image/png",
+        "https://mmg.example/x",
+    )
+    assert not image.JPEGThumbnail  # nothing decoded on the host
+    doc = document.documentMessage  # type: ignore[attr-defined]
+    assert (doc.fileName, doc.mimetype, doc.HasField("caption")) == ("table.csv", "text/csv", False)
