@@ -25,6 +25,7 @@ from rousseau.transports.base import (
     KeyValue,
     Outbound,
     describe,
+    file_bytes,
     take_files,
 )
 
@@ -46,6 +47,8 @@ ANSWER_ACTION = "rousseau_answer_"
 
 HARD_LIMIT = 40_000
 SOFT_LIMIT = 3_500  # long replies read better in several messages well before Slack's limit
+MAX_FILE_BYTES = 100_000_000
+"""What send_file may attach (Slack takes up to 1 GB; a file is held in memory to send)."""
 _IGNORED_SUBTYPES = frozenset(
     {
         "bot_message",
@@ -81,6 +84,7 @@ _TOKENS = {
 class SlackTransport:
     name = "slack"
     max_length = SOFT_LIMIT
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
     def __init__(
@@ -224,6 +228,8 @@ class SlackTransport:
                 fetch=functools.partial(
                     self._download, str(f.get("url_private_download") or f.get("url_private"))
                 ),
+                voice=str(f.get("mimetype") or "").startswith("audio/"),  # a clip recorded in Slack
+                duration=f["duration_ms"] / 1000 if isinstance(f.get("duration_ms"), int) else None,
             )
             for f in files
             if isinstance(f, dict) and (f.get("url_private_download") or f.get("url_private"))
@@ -273,6 +279,11 @@ class SlackTransport:
         )
 
     async def send(self, message: Outbound) -> None:
+        if message.attachment is not None:
+            data = await file_bytes(self.media, message)
+            if not isinstance(data, Outbound):
+                return await self._send_file(message, data)
+            message = data
         text = to_mrkdwn(message.text)
         blocks: list[dict[str, Any]] | None = None
         if message.buttons:  # Block Kit: the text, then one button per answer
@@ -300,6 +311,26 @@ class SlackTransport:
             )
         except _FAILURES as exc:
             raise self._failed("slack.bot_token", "chat.postMessage", exc) from exc
+
+    async def _send_file(self, message: Outbound, data: bytes) -> None:
+        """Uploaded to the chat (Slack's external upload: an upload URL, the bytes, then
+        the completion that shares it), the text as its comment; Slack shows an image inline."""
+        attachment = message.attachment
+        assert attachment is not None
+        name = attachment.name or "file"
+        if message.thread_id:
+            self._remember_thread(message.chat_id, message.thread_id)
+        try:
+            await self.client.files_upload_v2(
+                channel=message.chat_id,
+                file=data,
+                filename=name,
+                title=name,
+                initial_comment=to_mrkdwn(message.text) or None,
+                thread_ts=message.thread_id,
+            )
+        except _FAILURES as exc:
+            raise self._failed("slack.bot_token", "files.upload", exc) from exc
 
     def _remember_thread(self, channel: str, thread: str) -> None:
         self._threads[(channel, thread)] = None

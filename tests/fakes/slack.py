@@ -23,6 +23,17 @@ TEAM = "T0000001"
 
 
 @dataclass
+class Uploaded:
+    """A file the bot shared: uploaded to its upload URL, then completed into a channel."""
+
+    channel: str
+    name: str
+    data: bytes
+    comment: str
+    thread_ts: str | None
+
+
+@dataclass
 class Posted:
     channel: str
     text: str
@@ -46,11 +57,15 @@ class FakeSlack(AioServer):
         self.files: dict[str, bytes] = {}
         """Shared files' bytes, by file id."""
         self.downloads: list[str] = []
+        self.uploading: dict[str, dict[str, Any]] = {}
+        """Files the bot asked to upload, by file id: their name, length and bytes once sent."""
+        self.uploaded: list[Uploaded] = []
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/link", self._socket)
         app.router.add_get("/files-pri/{id}/{name}", self._file)
+        app.router.add_post("/upload/v1/{id}", self._upload)
 
     # -- what tests do --------------------------------------------------------------------
 
@@ -231,6 +246,7 @@ class FakeSlack(AioServer):
             params = json.loads(raw or b"{}")
         else:
             params = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+            params.update(request.query)  # the SDK sends some methods' arguments in the URL
             token = token or params.get("token", "")
         if method == "apps.connections.open":
             if token != self.app_token:
@@ -264,7 +280,42 @@ class FakeSlack(AioServer):
             )
             ts = f"{int(time.time())}.{next(self._ts):06d}"
             return web.json_response({"ok": True, "channel": params["channel"], "ts": ts})
+        if method == "files.getUploadURLExternal":
+            file_id = f"FUP{next(self._ids)}"
+            self.uploading[file_id] = {
+                "name": params["filename"],
+                "length": int(params["length"]),
+                "data": None,
+            }
+            upload_url = f"{self.url}/upload/v1/{file_id}"
+            return web.json_response({"ok": True, "upload_url": upload_url, "file_id": file_id})
+        if method == "files.completeUploadExternal":
+            raw_files = params["files"]
+            shared = json.loads(raw_files) if isinstance(raw_files, str) else raw_files
+            for f in shared:
+                pending = self.uploading.pop(f["id"], None)
+                if pending is None or pending["data"] is None:
+                    return web.json_response({"ok": False, "error": "file_not_found"})
+                self.uploaded.append(
+                    Uploaded(
+                        channel=params["channel_id"],
+                        name=pending["name"],
+                        data=pending["data"],
+                        comment=params.get("initial_comment") or "",
+                        thread_ts=params.get("thread_ts"),
+                    )
+                )
+            return web.json_response({"ok": True, "files": [{"id": f["id"]} for f in shared]})
         return web.json_response({"ok": True})
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """The upload URL: the file's bytes, as many as getUploadURLExternal was told."""
+        pending = self.uploading.get(request.match_info["id"])
+        data = await request.read()
+        if pending is None or len(data) != pending["length"]:
+            return web.Response(status=400, text="bad upload")
+        pending["data"] = data
+        return web.Response(text=f"OK - {len(data)}")
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()

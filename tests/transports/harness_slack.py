@@ -7,7 +7,9 @@ from typing import Any
 from rousseau.transports.base import Transport
 from rousseau.transports.slack import SOFT_LIMIT, SlackTransport
 from tests.fakes.slack import BOT_USER, FakeSlack
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
+
+IMAGES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 
 
 class SlackHarness:
@@ -32,6 +34,12 @@ class SlackHarness:
         user = sender or self.owner
         channel = self.dm_chat if user == self.owner else "D0OTHER"
         self._last = self.fake.message(text, user=user, channel=channel)
+
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        user = sender or self.owner
+        channel = self.dm_chat if user == self.owner else "D0OTHER"
+        files = [(file.name, file.data, file.media_type)]
+        self._last = self.fake.message(text, user=user, channel=channel, files=files)
 
     def group(self, text: str, *, mentioned: bool) -> None:
         if mentioned:
@@ -62,6 +70,18 @@ class SlackHarness:
     def delivered(self) -> list[Delivered]:
         return [
             Delivered(chat=p.channel, text=p.text, thread=p.thread_ts) for p in self.fake.posted
+        ]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        return [
+            DeliveredFile(
+                chat=u.channel,
+                name=u.name,
+                data=u.data,
+                inline=u.name.lower().endswith(IMAGES),  # Slack previews images in the channel
+                caption=u.comment,
+            )
+            for u in self.fake.uploaded
         ]
 
     def close(self) -> None:
