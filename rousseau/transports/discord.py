@@ -6,6 +6,7 @@ discord.py's REST base and gateway (process-wide), for proxies and tests.
 
 from __future__ import annotations
 
+import io
 import re
 from typing import Any
 
@@ -21,6 +22,7 @@ from rousseau.transports.base import (
     KeyValue,
     Outbound,
     describe,
+    file_bytes,
     take_files,
 )
 
@@ -36,6 +38,8 @@ log = structlog.get_logger("rousseau.discord")
 ANSWER_ID = "rousseau_answer:"
 
 MAX_LENGTH = 2000
+MAX_FILE_BYTES = 10 * 1024 * 1024
+"""A bot's upload limit in a server without boosts."""
 _FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError)
 _REJECTED_TOKEN = "set the bot token from the Developer Portal (Bot > Reset Token)"
 
@@ -43,6 +47,7 @@ _REJECTED_TOKEN = "set the bot token from the Developer Portal (Bot > Reset Toke
 class DiscordTransport:
     name = "discord"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
     def __init__(
@@ -219,6 +224,8 @@ class DiscordTransport:
                 media_type=(a.content_type or "application/octet-stream").split(";")[0],
                 size=a.size,
                 fetch=a.read,
+                voice=a.is_voice_message(),
+                duration=a.duration,
             )
             for a in message.attachments
         ]
@@ -250,13 +257,21 @@ class DiscordTransport:
                 view.add_item(
                     discord.ui.Button(label=label[:80], custom_id=f"{ANSWER_ID}{label}"[:100])
                 )
+        file = discord.utils.MISSING
+        if (attachment := message.attachment) is not None:  # shown inline if an image
+            data = await file_bytes(self.media, message)
+            if isinstance(data, Outbound):
+                message = data
+            else:
+                file = discord.File(io.BytesIO(data), filename=attachment.name or "file")
         try:
             await channel.send(
-                message.text,
+                message.text or None,
                 reference=reference,
                 mention_author=False,
                 allowed_mentions=discord.AllowedMentions.none(),
                 view=view,
+                file=file,
             )
         except _FAILURES as exc:
             raise self._failed("sending failed", exc) from exc

@@ -22,6 +22,10 @@ GENERAL_ID = "800000000000000010"
 OWNER_ID = "700000000000000001"
 
 
+VOICE_MESSAGE = 1 << 13
+"""The message flag Discord sets on a voice message."""
+
+
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     """JSON with the bare content type: discord.py reads `application/json` literally."""
     return web.Response(
@@ -71,6 +75,8 @@ class SentMessage:
     components: list[dict[str, Any]] = field(default_factory=list)
     id: str = ""
     at: float = field(default_factory=time.time)
+    files: list[tuple[str, bytes, str]] = field(default_factory=list)
+    """Uploaded with the message: (file name, bytes, content type)."""
 
 
 class FakeDiscord(AioServer):
@@ -136,10 +142,17 @@ class FakeDiscord(AioServer):
         user_id: str = OWNER_ID,
         bot: bool = False,
         files: list[tuple[str, bytes, str]] | None = None,
+        voice_seconds: float = 0,
     ) -> dict[str, Any]:
         channel = self._dm_channels.setdefault(user_id, str(600000000000000000 + int(user_id[-6:])))
         return self.message(
-            text, channel_id=channel, user_id=user_id, guild=False, bot=bot, files=files or []
+            text,
+            channel_id=channel,
+            user_id=user_id,
+            guild=False,
+            bot=bot,
+            files=files or [],
+            voice_seconds=voice_seconds,
         )
 
     def message(
@@ -154,9 +167,11 @@ class FakeDiscord(AioServer):
         reply_to_bot: bool = False,
         bot: bool = False,
         files: list[tuple[str, bytes, str]] | None = None,
+        voice_seconds: float = 0,
     ) -> dict[str, Any]:
         """Dispatch a MESSAGE_CREATE as Discord would; returns the message (to send it again).
-        `files` = [(file name, bytes, content type)] become attachments on the fake CDN."""
+        `files` = [(file name, bytes, content type)] become attachments on the fake CDN;
+        with `voice_seconds` the message is a voice message (its flag, its duration)."""
         content = (
             f"<@{BOT_ID}> {text}" if mention_bot else ("@everyone " + text if everyone else text)
         )
@@ -177,8 +192,12 @@ class FakeDiscord(AioServer):
             "embeds": [],
             "pinned": False,
             "type": 19 if reply_to_bot else 0,
-            "flags": 0,
+            "flags": VOICE_MESSAGE if voice_seconds else 0,
         }
+        if voice_seconds:
+            for attachment in data["attachments"]:
+                attachment["duration_secs"] = voice_seconds
+                attachment["waveform"] = "AAAA"
         if guild:
             data["guild_id"] = GUILD_ID
             data["member"] = {
@@ -313,33 +332,48 @@ class FakeDiscord(AioServer):
             self.typing.append(parts[1])
             return web.Response(status=204)
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages":
-            if self.rate_limit_once:
-                self.rate_limit_once = False
-                return _json(
-                    {"message": "You are being rate limited.", "retry_after": 0.3, "global": False},
-                    status=429,
-                    headers={"Retry-After": "0.3", "X-RateLimit-Scope": "user"},
-                )
-            body = await request.json()
-            ref = (body.get("message_reference") or {}).get("message_id")
-            ref = str(ref) if ref is not None else None
-            message_id = str(200000000000000000 + next(self._ids))
-            self.sent.append(
-                SentMessage(
-                    channel_id=parts[1],
-                    content=body["content"],
-                    reference=ref,
-                    components=body.get("components") or [],
-                    id=message_id,
-                )
-            )
-            return _json(_bot_message(message_id, parts[1], body["content"]))
+            return await self._create_message(request, parts[1])
         if parts[0] == "channels" and len(parts) == 2:
             if parts[1] == GENERAL_ID:
                 return _json(self._text_channel())
             owner = next((u for u, c in self._dm_channels.items() if c == parts[1]), OWNER_ID)
             return _json({"id": parts[1], "type": 1, "recipients": [_user(owner, "owner")]})
         return _json({"message": "404: Not Found", "code": 0}, status=404)
+
+    async def _create_message(self, request: web.Request, channel_id: str) -> web.Response:
+        """POST channels/ID/messages: JSON, or multipart (payload_json and files[n])."""
+        if self.rate_limit_once:
+            self.rate_limit_once = False
+            return _json(
+                {"message": "You are being rate limited.", "retry_after": 0.3, "global": False},
+                status=429,
+                headers={"Retry-After": "0.3", "X-RateLimit-Scope": "user"},
+            )
+        files: list[tuple[str, bytes, str]] = []
+        if request.content_type == "multipart/form-data":  # payload_json and files[n]
+            body = {}
+            async for part in await request.multipart():
+                if part.name == "payload_json":
+                    body = json.loads(await part.read())
+                elif part.name and part.name.startswith("files["):
+                    content_type = part.headers.get("Content-Type", "")
+                    files.append((part.filename or "", bytes(await part.read()), content_type))
+        else:
+            body = await request.json()
+        ref = (body.get("message_reference") or {}).get("message_id")
+        ref = str(ref) if ref is not None else None
+        message_id = str(200000000000000000 + next(self._ids))
+        self.sent.append(
+            SentMessage(
+                channel_id=channel_id,
+                content=body.get("content") or "",
+                reference=ref,
+                components=body.get("components") or [],
+                id=message_id,
+                files=files,
+            )
+        )
+        return _json(_bot_message(message_id, channel_id, body.get("content") or ""))
 
     def _text_channel(self) -> dict[str, Any]:
         return {

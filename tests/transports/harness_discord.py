@@ -9,7 +9,9 @@ from typing import Any
 from rousseau.transports.base import Transport
 from rousseau.transports.discord import MAX_LENGTH, DiscordTransport
 from tests.fakes.discord import BOT_ID, GENERAL_ID, GUILD_ID, OWNER_ID, FakeDiscord
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
+
+IMAGES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
 
 
 class DiscordHarness:
@@ -38,6 +40,14 @@ class DiscordHarness:
 
     def dm(self, text: str, *, sender: str | None = None) -> None:
         self._last = self.fake.dm(text, user_id=sender or self.owner)
+
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        self._last = self.fake.dm(
+            text,
+            user_id=sender or self.owner,
+            files=[(file.name, file.data, file.media_type)],
+            voice_seconds=file.seconds if file.voice else 0,
+        )
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._last = self.fake.message(text, mention_bot=mentioned)
@@ -92,7 +102,20 @@ class DiscordHarness:
         self.fake.drop()
 
     def delivered(self) -> list[Delivered]:
-        return [Delivered(chat=m.channel_id, text=m.content) for m in self.fake.sent]
+        return [Delivered(chat=m.channel_id, text=m.content) for m in self.fake.sent if not m.files]
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        return [
+            DeliveredFile(
+                chat=m.channel_id,
+                name=name,
+                data=data,
+                inline=name.lower().endswith(IMAGES),  # Discord embeds images by their name
+                caption=m.content,
+            )
+            for m in self.fake.sent
+            for name, data, _ in m.files
+        ]
 
     def typing_shown(self) -> bool:
         return self.dm_chat in self.fake.typing
