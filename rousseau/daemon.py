@@ -52,6 +52,10 @@ CLOSE_TIMEOUT = 5.0
 """At shutdown, the longest any one close (a transport, the provider, the store) may take."""
 FIRST_SWEEP = 30.0
 BLOB_GRACE = 3600.0
+VOICE_HINT = (
+    "(Voice notes are not turned into text here yet, so I only know one arrived: please type"
+    " it, or ask the owner to set up media.transcription.)"
+)
 """Seconds a stored file is kept before the sweep may delete it unused (a file stored for a
 message is recorded with it within moments)."""
 HEALTH_CONNECTIONS = 32
@@ -231,6 +235,7 @@ class Daemon:
             metrics=self.metrics,
             turn_timeout=config.agent.turn_timeout,
             send_timeout=config.send_timeout,
+            voice_hint=VOICE_HINT if config.media.transcription is None else "",
         )
         if approvals is not None:
             approvals.notify = router.notify

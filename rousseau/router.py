@@ -28,7 +28,7 @@ from rousseau.delivery import Courier
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import Store
-from rousseau.state.daemon_state import DaemonState
+from rousseau.state.daemon_state import DaemonState, TransportState
 from rousseau.state.store import StoreFullError
 from rousseau.transports.base import (
     Inbound,
@@ -57,6 +57,8 @@ TIMEOUT_REPLY = (
     "Sorry, that took too long, so I stopped working on it. "
     "Your message is kept; please try again, perhaps with a smaller request."
 )
+_HINTED = "rousseau.voice_hint:"
+"""A chat's key, among its transport's state, once it was given the voice hint."""
 BROKEN_REPLY = (
     "Sorry, something went wrong on my side while handling that message, "
     "and trying again did not help. My owner can find it in the logs."
@@ -105,6 +107,9 @@ class Router:
     send_timeout: float = 60.0
     """One send to a platform at most; then it is abandoned and retried later."""
     new_session_id: Callable[[], str] = field(default=lambda: secrets.token_hex(6))
+    voice_hint: str = ""
+    """Said once in each chat that sends audio nobody transcribes (no speech-to-text is set
+    up), after the answer; empty where voice notes are transcribed."""
 
     def __post_init__(self) -> None:
         self.state = DaemonState(self.store)
@@ -272,7 +277,21 @@ class Router:
                 outgoing = OutgoingFiles(transport=inbound.transport)
                 outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
                 answer = await self._turn(session, inbound)
-                await self._reply(inbound, answer, files=outgoing.files)
+                hint = await self._voice_hint(inbound)
+                await self._reply(inbound, answer, files=outgoing.files, notice=hint)
+                if hint:
+                    await TransportState(self.store, inbound.transport).set(
+                        _HINTED + inbound.chat_id, "1"
+                    )
+
+    async def _voice_hint(self, inbound: Inbound) -> str:
+        """The voice hint, if this message carried audio and its chat was never told."""
+        if not self.voice_hint or not any(
+            a.media_type.startswith("audio/") for a in inbound.attachments
+        ):
+            return ""
+        told = await TransportState(self.store, inbound.transport).get(_HINTED + inbound.chat_id)
+        return "" if told else self.voice_hint
 
     async def _append_user(self, session: Session, inbound: Inbound) -> None:
         text = _user_text(inbound)
@@ -384,9 +403,10 @@ class Router:
         finish: bool = True,
         error: str | None = None,
         files: Sequence[tuple[Attachment, str]] = (),
+        notice: str = "",
     ) -> None:
-        """Queue the reply, split for the platform, then any files the turn sent, marking
-        the inbound done (or failed, with `error`) in one step."""
+        """Queue the reply, split for the platform, then any files the turn sent and a
+        `notice` of its own, marking the inbound done (or failed, with `error`) in one step."""
         parts = self._parts(
             inbound.transport,
             inbound.chat_id,
@@ -394,6 +414,10 @@ class Router:
             thread_id=inbound.thread_id,
             reply_to=inbound.message_id,
         )
+        if notice:
+            parts += self._parts(
+                inbound.transport, inbound.chat_id, notice, thread_id=inbound.thread_id
+            )
         parts += [
             Outbound(
                 transport=inbound.transport,

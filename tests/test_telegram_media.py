@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 
+from rousseau.daemon import VOICE_HINT
 from tests.fakes.llm import (
     FakeLLMServer,
     JSONReply,
@@ -191,7 +192,7 @@ def test_without_transcription_the_model_is_told_a_voice_note_came(
 ) -> None:
     daemon.start()
     telegram.push("", attach=("voice", OGG, "", "audio/ogg"))
-    telegram.wait_sent(1)
+    answer, hint = telegram.wait_sent(2)
     assert user_content(llm) == [
         {
             "type": "text",
@@ -199,6 +200,13 @@ def test_without_transcription_the_model_is_told_a_voice_note_came(
             f"[audio: voice_1.ogg, 204 bytes, saved as inbox/{TODAY}/voice_1.ogg]",
         }
     ]
+    assert answer.text.startswith("echo: [voice note")
+    assert hint.text == VOICE_HINT  # the sender is told, once per chat
+    telegram.push("", attach=("voice", OGG, "", "audio/ogg"))
+    telegram.push("and now in writing")
+    *_, last = telegram.wait_sent(4)
+    assert last.text == "echo: and now in writing"
+    assert [s.text for s in telegram.sent].count(VOICE_HINT) == 1
 
 
 def test_a_strangers_file_is_never_downloaded(
