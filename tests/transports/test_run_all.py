@@ -67,9 +67,15 @@ def test_run_serves_every_configured_transport(tmp_path: Path, fake_llm: FakeLLM
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (telegram.sent and slack.posted and discord.sent):
             time.sleep(0.05)
-        assert [s.text for s in telegram.sent] == ["echo: hi telegram"]
-        assert [p.text for p in slack.posted] == ["echo: hi slack"]
-        assert [m.content for m in discord.sent] == ["echo: hi discord"]
+        answered = (
+            [s.text for s in telegram.sent],
+            [p.text for p in slack.posted],
+            [m.content for m in discord.sent],
+        )
+        if answered != (["echo: hi telegram"], ["echo: hi slack"], ["echo: hi discord"]):
+            proc.kill()  # the daemon's log says which transport lost what
+            log = proc.communicate()[1].decode(errors="replace")
+            raise AssertionError(f"answered: {answered}\ndaemon log:\n{log[-6000:]}")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
