@@ -8,6 +8,7 @@ acknowledged, and its reply is queued in the same transaction that marks it done
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 import time
 import traceback
@@ -267,14 +268,19 @@ class Router:
             with structlog.contextvars.bound_contextvars(session=session.id):
                 appended, done = False, None
                 if item.replay or item.attempts or item.waits:
-                    appended, done = await self.state.progress(inbound, session.id)
-                if done is not None:  # answered before a stop, never queued
-                    log.info("router.turn_already_finished")
-                    await self._reply(inbound, done.strip())
-                    return
+                    appended, done, sent = await self.state.progress(inbound, session.id)
+                    if done is not None:  # answered before a stop, never queued
+                        log.info("router.turn_already_finished")
+                        await self._reply(inbound, done.strip(), files=sent)
+                        return
+                    if sent:
+                        await self.state.forget_sent_files(inbound)
                 if not appended:
                     await self._append_user(session, inbound)
-                outgoing = OutgoingFiles(transport=inbound.transport)
+                outgoing = OutgoingFiles(
+                    transport=inbound.transport,
+                    keep=functools.partial(self.state.sent_file, inbound),
+                )
                 outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
                 answer = await self._turn(session, inbound)
                 hint = await self._voice_hint(inbound)

@@ -256,3 +256,63 @@ def test_rate_limiter_keys_are_bounded() -> None:
     assert len(limiter) == 100
     assert not limiter.allow("t", "999", now=1.0)
     assert limiter.allow("t", "999", now=61.0)
+
+
+async def test_a_turn_finished_but_not_queued_is_answered_with_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is kept in the session as the turn ends, the files it sent with the
+    inbound; when queueing them fails (a full disk, or the daemon stopping right then),
+    the next try answers from the stored text, with the files."""
+    from rousseau.agent import PatternApprover, PatternRule, StoreError
+    from rousseau.agent.testing import tool_reply
+    from rousseau.media import BlobStore
+    from rousseau.media.tool import SendFileTool
+    from rousseau.tools.base import Registry
+    from rousseau.tools.fs import Workspace
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "chart.png").write_bytes(b"\x89PNG" + bytes(60))
+    registry = Registry()
+    registry.register(
+        SendFileTool(Workspace(tmp_path / "ws"), BlobStore(folder=tmp_path / "m"), {"memory": 999})
+    )
+
+    def answer(request: Request) -> Response:
+        if request.messages[-1].tool_results:
+            return text_reply("Here.")
+        return tool_reply("send_file", {"path": "chart.png", "caption": "Nov"})
+
+    queue = DaemonState.finish
+    failures = [StoreError("store: disk full")]
+
+    async def finish_once_failing(self: DaemonState, *args: Any, **kwargs: Any) -> None:
+        if failures:
+            raise failures.pop()
+        await queue(self, *args, **kwargs)
+
+    monkeypatch.setattr(DaemonState, "finish", finish_once_failing)
+    store = Store(tmp_path / "s.db")
+    provider = FunctionProvider(answer)
+    approver = PatternApprover(allow=[PatternRule(tool="send_file")])
+    transport = MemoryTransport()
+    router = Router(
+        agent=Agent(provider, registry, Options(history=store, approver=approver)),
+        store=store,
+        transports={"memory": transport},
+        policies={"memory": ChatPolicy(allowlist=frozenset({"user"}))},
+        rate_limiter=RateLimiter((100, 1.0), {}, 100),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(router.run)
+        await tg.start(transport.run, router.submit)
+        tg.start_soon(router.deliver, "memory")
+        with anyio.fail_after(20):
+            await transport.inject("the chart?")
+            text, file = await transport.wait_sent(2)
+            await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+    store.close()
+    assert (text.text, file.text) == ("Here.", "Nov")
+    assert file.attachment is not None and file.attachment.name == "chart.png"
+    assert len(transport.sent) == 2 and len(provider.requests) == 2  # the turn ran once

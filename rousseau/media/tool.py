@@ -62,7 +62,7 @@ class SendFileTool(WorkspaceTool):
         media_type = mimetypes.guess_type(shown)[0] or "application/octet-stream"
         name = os.path.basename(shown)
         attachment = await self.blobs.put(data, media_type=media_type, name=name)
-        outgoing.files.append((attachment, str(input.get("caption", ""))))
+        await outgoing.add(attachment, str(input.get("caption", "")))
         return ToolOutput(content=f"{shown} ({len(data):,} bytes) will be sent with your answer")
 
     def _read(self, path: str, limit: int) -> tuple[bytes | None, str]:

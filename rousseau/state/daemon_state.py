@@ -88,6 +88,16 @@ def _files_json(attachments: tuple[Attachment, ...]) -> str | None:
     return json.dumps([Content.of_attachment(a).to_dict() for a in attachments])
 
 
+def _sent_files(stored: str | None) -> list[tuple[Attachment, str]]:
+    """The files a turn sent, with their captions, from their inbox column."""
+    found = []
+    for entry in json.loads(stored or "[]"):
+        attachment = Content.from_dict(entry["file"]).attachment
+        if attachment is not None:
+            found.append((attachment, str(entry.get("caption") or "")))
+    return found
+
+
 def _files(stored: str | None) -> tuple[Attachment, ...]:
     found = (Content.from_dict(d).attachment for d in json.loads(stored or "[]"))
     return tuple(a for a in found if a is not None)
@@ -143,29 +153,59 @@ class DaemonState:
 
         await self.store.submit(op, key=session_id)
 
-    async def progress(self, inbound: Inbound, session_id: str) -> tuple[bool, str | None]:
+    async def progress(
+        self, inbound: Inbound, session_id: str
+    ) -> tuple[bool, str | None, list[tuple[Attachment, str]]]:
         """Where an inbound's turn got to before a stop or a failure, in one read: whether its
         user message is in the session, and the answer of a turn that finished but was never
-        queued (None if the turn has not finished)."""
+        queued (None if the turn has not finished) with the files it sent."""
 
-        def op(db: sqlite3.Connection) -> tuple[bool, str | None]:
+        def op(db: sqlite3.Connection) -> tuple[bool, str | None, list[tuple[Attachment, str]]]:
             row = db.execute(
-                "SELECT appended FROM inbox WHERE transport = ? AND message_id = ?",
+                "SELECT appended, files_out FROM inbox WHERE transport = ? AND message_id = ?",
                 (inbound.transport, inbound.message_id),
             ).fetchone()
             if not row or not row[0]:
-                return False, None
+                return False, None, []
             last = db.execute(
                 "SELECT role, content, text FROM messages WHERE session_id = ? AND id > ?"
                 " ORDER BY id DESC LIMIT 1",
                 (session_id, row[0]),
             ).fetchone()
             if last is None or last[0] != "assistant":
-                return True, None
+                return True, None, []
             kinds = {part.get("type") for part in json.loads(last[1])}
-            return True, None if "tool_use" in kinds else str(last[2])
+            if "tool_use" in kinds:
+                return True, None, []
+            return True, str(last[2]), _sent_files(row[1])
 
         return await self.store.call(op)
+
+    async def sent_file(self, inbound: Inbound, attachment: Attachment, caption: str) -> None:
+        """Keep a file the inbound's turn sent with the inbound, so that a turn finished
+        but not yet queued when the daemon stopped is answered with its files after all."""
+        entry = {"file": Content.of_attachment(attachment).to_dict(), "caption": caption}
+
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE inbox SET files_out = json_insert(coalesce(files_out, '[]'), '$[#]',"
+                " json(?)) WHERE transport = ? AND message_id = ?",
+                (json.dumps(entry), inbound.transport, inbound.message_id),
+            )
+
+        await self.store.call(op, write=True)
+
+    async def forget_sent_files(self, inbound: Inbound) -> None:
+        """Before a turn runs again: the files an earlier, unfinished try sent are not its."""
+
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE inbox SET files_out = NULL WHERE transport = ? AND message_id = ?"
+                " AND files_out IS NOT NULL",
+                (inbound.transport, inbound.message_id),
+            )
+
+        await self.store.call(op, write=True)
 
     async def pending(self) -> list[Inbound]:
         """Inbound messages accepted but not yet answered, oldest first (crash recovery)."""
@@ -355,8 +395,8 @@ class DaemonState:
         return await self.store.call(op, write=True)
 
     async def media_in_use(self) -> set[str]:
-        """The sha256 of every file a stored message, a pending inbound or an unsent reply
-        still refers to (what the blob sweep must keep)."""
+        """The sha256 of every file a stored message, a pending inbound (or the files its
+        turn sent) or an unsent reply still refers to (what the blob sweep must keep)."""
 
         def op(db: sqlite3.Connection) -> set[str]:
             found: set[str] = set()
@@ -373,6 +413,10 @@ class DaemonState:
                 " WHERE attachment IS NOT NULL AND status = 'pending'"
             ):
                 found.update(a.sha256 for a in _files(stored))
+            for (stored,) in db.execute(
+                "SELECT files_out FROM inbox WHERE files_out IS NOT NULL AND status = 'pending'"
+            ):
+                found.update(a.sha256 for a, _ in _sent_files(stored))
             return found
 
         return await self.store.call(op)

@@ -297,6 +297,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "an index of the messages that carry files, for the sweep of unused blobs",
         ("CREATE INDEX messages_media ON messages(id) WHERE instr(content, '\"sha256\"') > 0",),
     ),
+    Migration(
+        15,
+        "inbox: the files a message's turn sent, kept until its answer is queued",
+        ("ALTER TABLE inbox ADD COLUMN files_out TEXT",),  # a JSON list, or NULL
+    ),
 )
 
 

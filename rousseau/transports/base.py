@@ -126,6 +126,14 @@ class OutgoingFiles:
 
     transport: str
     files: list[tuple[Attachment, str]] = field(default_factory=list)
+    keep: Callable[[Attachment, str], Awaitable[None]] | None = None
+    """Where each file is also kept durably as it is added (the router keeps them with the
+    inbound, for a turn that finishes just before a stop)."""
+
+    async def add(self, attachment: Attachment, caption: str) -> None:
+        if self.keep is not None:
+            await self.keep(attachment, caption)
+        self.files.append((attachment, caption))
 
 
 outgoing_files: ContextVar[OutgoingFiles | None] = ContextVar("outgoing_files", default=None)
