@@ -16,8 +16,12 @@ import pytest
 
 from rousseau.agent import ContentKind, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply, tools_reply
-from rousseau.config import load_config
+from rousseau.app import blob_store
+from rousseau.config import Config, load_config
 from rousseau.daemon import Daemon
+from rousseau.state import Store
+from rousseau.state.daemon_state import DaemonState
+from rousseau.transports.base import Outbound
 from tests.fakes.llm import FakeLLMServer, JSONReply
 from tests.fakes.telegram import PHOTO
 from tests.helpers import serving
@@ -54,13 +58,10 @@ async def describe(request: Request) -> Response:
     return text_reply(f"got {' '.join(files) or 'no files'}; said: {last.text or '-'}")
 
 
-@asynccontextmanager
-async def daemon(
-    harness: Harness, tmp: Path, settings: dict[str, Any] | None = None
-) -> AsyncIterator[tuple[Daemon, FunctionProvider]]:
+def settings_for(tmp: Path, settings: dict[str, Any] | None = None) -> Config:
     path = tmp / "config.yaml"
     path.write_text(json.dumps(settings or {}))
-    config = load_config(
+    return load_config(
         str(path),
         {
             "HOME": str(tmp),
@@ -68,6 +69,13 @@ async def daemon(
             "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
         },
     )
+
+
+@asynccontextmanager
+async def daemon(
+    harness: Harness, tmp: Path, settings: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[Daemon, FunctionProvider]]:
+    config = settings_for(tmp, settings)
     provider = FunctionProvider(describe)
     transport = harness.transport()
     async with serving(transport, config, provider, [harness.owner]) as d:
@@ -197,3 +205,25 @@ async def delivered_files(files: TakesFiles, count: int) -> list[DeliveredFile]:
         while len(files.files_delivered()) < count:
             await anyio.sleep(0.05)
     return files.files_delivered()
+
+
+async def test_a_file_queued_before_a_kill_is_delivered_once_after_the_restart(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """What a kill -9 leaves behind (an answer's file in the outbox, not yet sent; the kill
+    itself is in tests/test_telegram_media.py) is sent once by the next daemon, and never
+    again by the one after it."""
+    files = takes_files(harness)
+    config = settings_for(tmp_path)
+    chart = blob_store(config).put_sync(PNG, media_type="image/png", name="chart.png")
+    store = Store(config.state.path)
+    part = Outbound(transport=harness.name, chat_id=harness.dm_chat, text="Nov", attachment=chart)
+    await DaemonState(store).finish(None, [part])
+    store.close()
+    async with daemon(harness, tmp_path):
+        [sent] = await delivered_files(files, 1)
+        await settle()
+    async with daemon(harness, tmp_path):
+        await settle()
+    assert (sent.data, sent.chat) == (PNG, harness.dm_chat)
+    assert len(files.files_delivered()) == 1
