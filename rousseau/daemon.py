@@ -41,6 +41,7 @@ from rousseau.router import Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
 from rousseau.state.lock import DaemonLock
+from rousseau.streaming import StreamSettings
 from rousseau.tools.fs import Workspace
 from rousseau.transports import build_transports
 from rousseau.transports.base import Transport
@@ -236,6 +237,7 @@ class Daemon:
             turn_timeout=config.agent.turn_timeout,
             send_timeout=config.send_timeout,
             voice_hint=VOICE_HINT if config.media.transcription is None else "",
+            streaming={name: _stream_settings(config, name) for name in self.transports},
         )
         if approvals is not None:
             approvals.notify = router.notify
@@ -510,3 +512,11 @@ def run(config: Config, only: str | None = None) -> int:
     """Entry point for `rousseau run` and `rousseau <transport>`."""
     daemon = Daemon(config, only=only)
     return anyio.run(daemon.run)
+
+
+def _stream_settings(config: Config, name: str) -> StreamSettings:
+    """A transport's streaming settings, from its section (the defaults without one)."""
+    section = getattr(config, name, None)
+    if section is None or not hasattr(section, "streaming"):
+        return StreamSettings()
+    return StreamSettings(streaming=section.streaming, progress=section.progress)

@@ -14,7 +14,7 @@ import time
 import traceback
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -22,15 +22,27 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from rousseau.agent import Agent, Attachment, Content, Message, Role, Session, StoreError
+from rousseau.agent import (
+    Agent,
+    Attachment,
+    Content,
+    Message,
+    Response,
+    Role,
+    Session,
+    StoreError,
+    StreamEventKind,
+    Usage,
+)
 from rousseau.approvals import ChatApprovals
 from rousseau.backoff import backoff
 from rousseau.delivery import Courier
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import Store
-from rousseau.state.daemon_state import DaemonState, TransportState
+from rousseau.state.daemon_state import DaemonState, Progress, TransportState
 from rousseau.state.store import StoreFullError
+from rousseau.streaming import LEFTOVER, Preview, StreamSettings, edits_of, status_line
 from rousseau.transports.base import (
     Inbound,
     Outbound,
@@ -64,6 +76,10 @@ BROKEN_REPLY = (
     "Sorry, something went wrong on my side while handling that message, "
     "and trying again did not help. My owner can find it in the logs."
 )
+STOPPED = "Stopped."
+NOTHING_TO_STOP = "Nothing is running."
+STOPPED_MARK = "(stopped)"
+"""What a stopped turn's preview is left showing."""
 TYPING_EVERY = 4.0
 TYPING_AFTER = 0.5  # a reply faster than this needs no typing indicator
 MAX_ATTEMPTS = 3
@@ -108,6 +124,8 @@ class Router:
     send_timeout: float = 60.0
     """One send to a platform at most; then it is abandoned and retried later."""
     new_session_id: Callable[[], str] = field(default=lambda: secrets.token_hex(6))
+    streaming: dict[str, StreamSettings] = field(default_factory=dict)
+    """Per transport: whether replies stream into the chat, and with what progress."""
     voice_hint: str = ""
     """Said once in each chat that sends audio nobody transcribes (no speech-to-text is set
     up), after the answer; empty where voice notes are transcribed."""
@@ -128,6 +146,8 @@ class Router:
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._couriers: dict[str, Courier] = {}
         self._intake_failures: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._running: dict[str, anyio.CancelScope] = {}
+        """The turn running in each session (what /stop cancels)."""
         self._tg: TaskGroup | None = None
         self._closing = False
         self._idle = anyio.Event()
@@ -183,6 +203,9 @@ class Router:
     def _dispatch(self, item: _Item) -> None:
         assert self._tg is not None, "the router is not running"
         key = item.inbound.session_key
+        if _command(item.inbound) == "/stop":  # not behind the turn it stops
+            self._tg.start_soon(self._stop_turn, item)
+            return
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()
@@ -245,14 +268,25 @@ class Router:
             log.exception("router.record_failed", message=item.inbound.message_id)
         return False
 
+    async def _stop_turn(self, item: _Item) -> None:
+        """`/stop`: cancel the session's running turn (the agent closes what it cut short,
+        a running command is killed), and say so."""
+        inbound = item.inbound
+        scope = self._running.get(inbound.session_key)
+        if scope is not None:
+            scope.cancel()
+            log.info("router.turn_stopped", transport=inbound.transport, chat=inbound.chat_id)
+        try:
+            await self._reply(inbound, STOPPED if scope is not None else NOTHING_TO_STOP)
+        except Exception:  # still pending on disk: the next start answers it
+            log.exception("router.record_failed", message=inbound.message_id)
+
     async def _process(self, item: _Item) -> None:
         inbound = item.inbound
         with structlog.contextvars.bound_contextvars(
             transport=inbound.transport, chat=inbound.chat_id, message=inbound.message_id
         ):
-            command = (
-                inbound.text.strip().split(maxsplit=1)[0].lower() if inbound.text.strip() else ""
-            )
+            command = _command(inbound)
             if command in ("/new", "/reset"):
                 await self._new_session(inbound)
                 await self._reply(inbound, "Started a new conversation.")
@@ -266,25 +300,37 @@ class Router:
             session = await self._session(inbound)
             current_inbound.set(inbound)  # this task's context: tools see which chat asked
             with structlog.contextvars.bound_contextvars(session=session.id):
-                appended, done = False, None
+                progress = Progress()
                 if item.replay or item.attempts or item.waits:
-                    appended, done, sent = await self.state.progress(inbound, session.id)
-                    if done is not None:  # answered before a stop, never queued
+                    progress = await self.state.progress(inbound, session.id)
+                    if progress.done is not None:  # answered before a stop, never queued
                         log.info("router.turn_already_finished")
-                        await self._reply(inbound, done.strip(), files=sent)
+                        await self._reply(
+                            inbound,
+                            progress.done.strip(),
+                            files=progress.files,
+                            replaces=progress.preview,
+                        )
                         return
-                    if sent:
+                    if progress.files:
                         await self.state.forget_sent_files(inbound)
-                if not appended:
+                if not progress.appended:
                     await self._append_user(session, inbound)
                 outgoing = OutgoingFiles(
                     transport=inbound.transport,
                     keep=functools.partial(self.state.sent_file, inbound),
                 )
                 outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
-                answer = await self._turn(session, inbound)
+                preview = self._preview(inbound, progress.preview)
+                answer = await self._turn(session, inbound, preview)
                 hint = await self._voice_hint(inbound)
-                await self._reply(inbound, answer, files=outgoing.files, notice=hint)
+                await self._reply(
+                    inbound,
+                    answer,
+                    files=outgoing.files,
+                    notice=hint,
+                    replaces=preview.ids if preview is not None else progress.preview,
+                )
                 if hint:
                     await TransportState(self.store, inbound.transport).set(
                         _HINTED + inbound.chat_id, "1"
@@ -306,20 +352,47 @@ class Router:
         await self.agent.append(session, Message(role=Role.USER, content=content))
         await self.state.mark_appended(inbound, session.id)
 
-    async def _turn(self, session: Session, inbound: Inbound) -> str:
+    def _preview(self, inbound: Inbound, shown: list[str]) -> Preview | None:
+        """A preview for this turn's reply, where its transport streams (continuing the
+        messages an earlier try of the turn was shown in)."""
+        settings = self.streaming.get(inbound.transport)
+        edits = edits_of(self.transports.get(inbound.transport), settings)
+        if edits is None:
+            return None
+        return Preview(
+            transport=edits,
+            chat_id=inbound.chat_id,
+            thread_id=inbound.thread_id,
+            ids=list(shown),
+            keep=functools.partial(self.state.shown_preview, inbound),
+        )
+
+    async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:
         """The turn's answer, or an honest apology if the model failed or took too long.
         A store failure propagates: the message is then retried, not answered."""
         started = time.monotonic()
         failure: Exception | None = None
+        stopped = False
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._typing, inbound)
+            if preview is not None:
+                tg.start_soon(preview.run)
             try:
                 with anyio.fail_after(self.turn_timeout):
-                    response = await self.agent.turn(session)
+                    with anyio.CancelScope() as scope:
+                        self._running[inbound.session_key] = scope
+                        response = await self._stream(session, inbound, preview)
+                    stopped = scope.cancelled_caught
             except Exception as exc:  # caught here, not wrapped in the task group's group
                 failure = exc
             finally:
+                self._running.pop(inbound.session_key, None)
                 tg.cancel_scope.cancel()
+        if preview is not None:  # the final edit, too, keeps to one update a second
+            await preview.settle()
+        if stopped:  # /stop: the session keeps what was complete; nothing more is said
+            self.metrics.turn_seconds.observe(time.monotonic() - started)
+            return STOPPED_MARK if preview is not None and preview.ids else ""
         if isinstance(failure, StoreError):
             raise failure
         if isinstance(failure, TimeoutError):
@@ -337,6 +410,30 @@ class Router:
         if not text:
             log.info("router.empty_reply")
         return text
+
+    async def _stream(
+        self, session: Session, inbound: Inbound, preview: Preview | None
+    ) -> Response:
+        """Run the turn; with a preview, show the answer (or what a tool does) as it comes."""
+        if preview is None:
+            return await self.agent.turn(session)
+        settings = self.streaming.get(inbound.transport) or StreamSettings()
+        progress = settings.shows_progress(inbound.is_group)
+        last: Response | None = None
+        usage = Usage()
+        async with aclosing(self.agent.turn_stream(session)) as events:
+            async for event in events:
+                if event.kind is StreamEventKind.TEXT:
+                    preview.write(event.text)
+                elif event.kind is StreamEventKind.TOOL_CALL and event.tool_use is not None:
+                    if progress:
+                        preview.status(status_line(event.tool_use))
+                elif event.response is not None:
+                    last = event.response
+                    usage = usage + last.usage
+                    preview.next_step()
+        assert last is not None  # turn_stream yields a RESPONSE per iteration or raises
+        return Response(message=last.message, stop_reason=last.stop_reason, usage=usage)
 
     @asynccontextmanager
     async def slot_released(self) -> AsyncIterator[None]:
@@ -410,9 +507,12 @@ class Router:
         error: str | None = None,
         files: Sequence[tuple[Attachment, str]] = (),
         notice: str = "",
+        replaces: Sequence[str] = (),
     ) -> None:
         """Queue the reply, split for the platform, then any files the turn sent and a
-        `notice` of its own, marking the inbound done (or failed, with `error`) in one step."""
+        `notice` of its own, marking the inbound done (or failed, with `error`) in one step.
+        The first parts replace the messages in `replaces` (a streamed preview), one each;
+        preview messages the reply does not need are edited to a mark."""
         parts = self._parts(
             inbound.transport,
             inbound.chat_id,
@@ -420,6 +520,19 @@ class Router:
             thread_id=inbound.thread_id,
             reply_to=inbound.message_id,
         )
+        for i, message_id in enumerate(replaces):
+            if i < len(parts):
+                parts[i] = dataclasses.replace(parts[i], replaces=message_id)
+            else:
+                parts.append(
+                    Outbound(
+                        transport=inbound.transport,
+                        chat_id=inbound.chat_id,
+                        thread_id=inbound.thread_id,
+                        text=LEFTOVER,
+                        replaces=message_id,
+                    )
+                )
         if notice:
             parts += self._parts(
                 inbound.transport, inbound.chat_id, notice, thread_id=inbound.thread_id
@@ -538,3 +651,9 @@ def _user_text(inbound: Inbound) -> str:
     if inbound.is_group and inbound.sender_name and (inbound.text or inbound.attachments):
         return f"{inbound.sender_name}: {inbound.text}".rstrip()
     return inbound.text
+
+
+def _command(inbound: Inbound) -> str:
+    """The message's first word, lowercased, if it is a command (`/stop`)."""
+    text = inbound.text.strip()
+    return text.split(maxsplit=1)[0].lower() if text.startswith("/") else ""

@@ -10,7 +10,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from rousseau.agent import Attachment, Content
@@ -45,6 +45,20 @@ class OutboxRow:
     id: int
     message: Outbound
     attempts: int
+
+
+@dataclass(kw_only=True, slots=True)
+class Progress:
+    """Where an inbound's turn got to (see DaemonState.progress)."""
+
+    appended: bool = False
+    """Its user message is in the session."""
+    done: str | None = None
+    """The answer of a turn that finished but was never queued."""
+    files: list[tuple[Attachment, str]] = field(default_factory=list)
+    """The files that finished turn sent."""
+    preview: list[str] = field(default_factory=list)
+    """The messages its reply was being shown in as it was written."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -153,33 +167,45 @@ class DaemonState:
 
         await self.store.submit(op, key=session_id)
 
-    async def progress(
-        self, inbound: Inbound, session_id: str
-    ) -> tuple[bool, str | None, list[tuple[Attachment, str]]]:
-        """Where an inbound's turn got to before a stop or a failure, in one read: whether its
-        user message is in the session, and the answer of a turn that finished but was never
-        queued (None if the turn has not finished) with the files it sent."""
+    async def progress(self, inbound: Inbound, session_id: str) -> Progress:
+        """Where an inbound's turn got to before a stop or a failure, in one read."""
 
-        def op(db: sqlite3.Connection) -> tuple[bool, str | None, list[tuple[Attachment, str]]]:
+        def op(db: sqlite3.Connection) -> Progress:
             row = db.execute(
-                "SELECT appended, files_out FROM inbox WHERE transport = ? AND message_id = ?",
+                "SELECT appended, files_out, preview FROM inbox"
+                " WHERE transport = ? AND message_id = ?",
                 (inbound.transport, inbound.message_id),
             ).fetchone()
-            if not row or not row[0]:
-                return False, None, []
+            if not row:
+                return Progress()
+            preview = [str(i) for i in json.loads(row[2] or "[]")]
+            if not row[0]:
+                return Progress(preview=preview)
             last = db.execute(
                 "SELECT role, content, text FROM messages WHERE session_id = ? AND id > ?"
                 " ORDER BY id DESC LIMIT 1",
                 (session_id, row[0]),
             ).fetchone()
             if last is None or last[0] != "assistant":
-                return True, None, []
-            kinds = {part.get("type") for part in json.loads(last[1])}
-            if "tool_use" in kinds:
-                return True, None, []
-            return True, str(last[2]), _sent_files(row[1])
+                return Progress(appended=True, preview=preview)
+            if "tool_use" in {part.get("type") for part in json.loads(last[1])}:
+                return Progress(appended=True, preview=preview)
+            return Progress(
+                appended=True, done=str(last[2]), files=_sent_files(row[1]), preview=preview
+            )
 
         return await self.store.call(op)
+
+    async def shown_preview(self, inbound: Inbound, ids: list[str]) -> None:
+        """Keep the messages a streamed reply is shown in, for its final edit."""
+
+        def op(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE inbox SET preview = ? WHERE transport = ? AND message_id = ?",
+                (json.dumps(ids), inbound.transport, inbound.message_id),
+            )
+
+        await self.store.call(op, write=True)
 
     async def sent_file(self, inbound: Inbound, attachment: Attachment, caption: str) -> None:
         """Keep a file the inbound's turn sent with the inbound, so that a turn finished
@@ -246,8 +272,8 @@ class DaemonState:
         def op(db: sqlite3.Connection) -> None:
             db.executemany(
                 "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
-                " next_attempt_at, created_at, buttons, attachment)"
-                " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+                " next_attempt_at, created_at, buttons, attachment, replaces)"
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
                 [
                     (
                         p.transport,
@@ -259,6 +285,7 @@ class DaemonState:
                         now,
                         json.dumps(list(p.buttons)) if p.buttons else None,
                         _files_json((p.attachment,) if p.attachment else ()),
+                        p.replaces,
                     )
                     for p in parts
                 ],
@@ -282,7 +309,7 @@ class DaemonState:
         def op(db: sqlite3.Connection) -> list[OutboxRow]:
             rows = db.execute(
                 "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts, buttons,"
-                " attachment FROM outbox o"
+                " attachment, replaces FROM outbox o"
                 " WHERE status = 'pending' AND transport = ?1 AND next_attempt_at <= ?2"
                 " AND chat_id NOT IN (SELECT value FROM json_each(?4))"
                 # A part never overtakes an earlier one of its chat that waits for a retry.
@@ -303,6 +330,7 @@ class DaemonState:
                         text=r[5],
                         buttons=tuple(json.loads(r[7])) if r[7] else (),
                         attachment=next(iter(_files(r[8])), None),
+                        replaces=r[9],
                     ),
                     attempts=r[6],
                 )

@@ -302,6 +302,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "inbox: the files a message's turn sent, kept until its answer is queued",
         ("ALTER TABLE inbox ADD COLUMN files_out TEXT",),  # a JSON list, or NULL
     ),
+    Migration(
+        16,
+        "replies streamed into the chat: the preview's messages, and the part that replaces one",
+        (
+            "ALTER TABLE inbox ADD COLUMN preview TEXT",  # a JSON list of message ids, or NULL
+            "ALTER TABLE outbox ADD COLUMN replaces TEXT",
+        ),
+    ),
 )
 
 

@@ -66,6 +66,17 @@ class Outbound:
     answer where there are no buttons)."""
     attachment: Attachment | None = None
     """A file to send, `text` being its caption (only to transports with `max_file_bytes`)."""
+    replaces: str | None = None
+    """The platform's id of a message to edit into this part instead of sending a new one:
+    a preview shown while the reply was written (only to transports that stream)."""
+
+
+class Throttled(Exception):
+    """The platform asked to slow down: nothing more before `retry_after` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"throttled for {retry_after:g} s")
+        self.retry_after = retry_after
 
 
 async def take_files(

@@ -24,6 +24,7 @@ from rousseau.transports.base import (
     InboundHandler,
     KeyValue,
     Outbound,
+    Throttled,
     describe,
     file_bytes,
     take_files,
@@ -310,7 +311,7 @@ class TelegramTransport:
                 await self.bot.initialize()  # at once if done: `rousseau send` has no run()
                 if message.attachment is not None:
                     await self._send_file(message, message.attachment, params)
-                else:
+                elif message.replaces is None or not await self._edit(message):
                     await self.bot.send_message(
                         chat_id=int(message.chat_id), text=message.text, **params
                     )
@@ -322,6 +323,44 @@ class TelegramTransport:
             except TelegramError as exc:
                 raise self._failed("sending failed", exc) from exc
         raise TransportError("telegram: flood control did not clear")
+
+    async def _edit(self, message: Outbound) -> bool:
+        """The streamed preview `message.replaces` edited into the final text; False when it
+        is gone (deleted by the user, or too old to edit) and the text must be sent anew."""
+        assert message.replaces is not None
+        try:
+            await self.bot.edit_message_text(
+                message.text, chat_id=int(message.chat_id), message_id=int(message.replaces)
+            )
+        except BadRequest as exc:
+            if "not modified" in str(exc).lower():
+                return True  # it shows exactly this already (a retry after a lost answer)
+            log.info("telegram.preview_gone", error=describe(exc, self.bot.token))
+            return False
+        return True
+
+    async def preview(
+        self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
+    ) -> str:
+        """A reply as it is written: sent, then edited in place (see rousseau.streaming)."""
+        try:
+            if message_id is None:
+                sent = await self.bot.send_message(
+                    chat_id=int(chat_id),
+                    text=text,
+                    message_thread_id=int(thread_id) if thread_id else None,
+                )
+                return str(sent.message_id)
+            await self.bot.edit_message_text(text, chat_id=int(chat_id), message_id=int(message_id))
+            return message_id
+        except RetryAfter as exc:
+            raise Throttled(_seconds(exc)) from exc
+        except BadRequest as exc:
+            if "not modified" in str(exc).lower():
+                return message_id or ""
+            raise self._failed("a preview failed", exc) from exc
+        except TelegramError as exc:
+            raise self._failed("a preview failed", exc) from exc
 
     async def _send_file(
         self, message: Outbound, attachment: Attachment, params: dict[str, Any]

@@ -41,6 +41,8 @@ class JSONReply:
 class SSEReply:
     events: list[tuple[str | None, Any]]
     """(event name or None, data); data is JSON-encoded unless it is a str."""
+    pace: float = 0.0
+    """Seconds between two events: a model writing slowly."""
 
 
 @dataclass
@@ -67,6 +69,8 @@ class FakeLLMServer:
         self.replies: deque[Reply] = deque()
         self.responder: Callable[[Recorded], Reply] | None = None
         self.routes: dict[str, Callable[[Recorded], Reply]] = {}
+        self.first_tokens: list[float] = []
+        """When each streamed reply's first content event went out."""
         """Path prefixes answered by a function instead of the scripted queue."""
         self._lock = threading.Lock()
         server = self
@@ -176,9 +180,13 @@ class FakeLLMServer:
         handler.send_header("content-type", "text/event-stream")
         handler.send_header("content-length", str(sum(len(c) for c in chunks)))
         handler.end_headers()
-        for chunk in chunks:
+        for i, chunk in enumerate(chunks):
+            if i and reply.pace:
+                time.sleep(reply.pace)
             handler.wfile.write(chunk)
             handler.wfile.flush()
+            if i == 1:
+                self.first_tokens.append(time.time())
 
 
 def _models() -> dict[str, Any]:

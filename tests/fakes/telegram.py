@@ -50,6 +50,17 @@ class Sent:
     text: str
     params: dict[str, Any]
     at: float = field(default_factory=time.time)
+    message_id: int = 0
+    shown: str = ""
+    """What the chat shows now: the text as sent, or as last edited."""
+
+
+@dataclass
+class Edit:
+    chat_id: int
+    message_id: int
+    text: str
+    at: float = field(default_factory=time.time)
 
 
 PHOTO = b"\xff\xd8\xff\xe0" + b"\x00\x10JFIF" + bytes(range(256)) + b"\xff\xd9"
@@ -61,6 +72,9 @@ class FakeTelegram:
         self.token = token
         self.updates: list[dict[str, Any]] = []
         self.sent: list[Sent] = []
+        self.edits: list[Edit] = []
+        self.flood_edits_once: int | None = None
+        """Answer the next editMessageText with 429 and this retry_after."""
         self.actions: list[tuple[int, str]] = []
         self.offsets: list[int] = []
         self.answered: list[str] = []
@@ -416,8 +430,55 @@ class FakeTelegram:
         sent = Sent(chat_id=chat_id, text=str(params["text"]), params=params)
         return self._record(sent, text=params["text"])
 
+    def _api_editMessageText(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.flood_edits_once is not None:
+            retry, self.flood_edits_once = self.flood_edits_once, None
+            return 429, {
+                "ok": False,
+                "error_code": 429,
+                "description": f"Too Many Requests: retry after {retry}",
+                "parameters": {"retry_after": retry},
+            }
+        chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
+        found = next(
+            (m for m in self.sent if (m.chat_id, m.message_id) == (chat_id, message_id)), None
+        )
+        if found is None:
+            return 400, {
+                "ok": False,
+                "error_code": 400,
+                "description": "Bad Request: message to edit not found",
+            }
+        text = str(params["text"])
+        if text == found.shown:
+            return 400, {
+                "ok": False,
+                "error_code": 400,
+                "description": "Bad Request: message is not modified: specified new message"
+                " content and reply markup are exactly the same",
+            }
+        found.shown = text
+        self.edits.append(Edit(chat_id=chat_id, message_id=message_id, text=text))
+        return 200, {
+            "ok": True,
+            "result": {
+                "message_id": message_id,
+                "date": int(found.at),
+                "edit_date": int(time.time()),
+                "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+                "from": {"id": BOT_ID, "is_bot": True, "first_name": "Rousseau"},
+                "text": text,
+            },
+        }
+
+    def visible(self, chat_id: int) -> list[str]:
+        """What the chat shows of the bot's text messages now, in order."""
+        return [m.shown for m in self.sent if m.chat_id == chat_id and "_kind" not in m.params]
+
     def _record(self, sent: Sent, **content: Any) -> tuple[int, dict[str, Any]]:
         """Keep what the bot sent; answer with the Message the Bot API makes of it."""
+        sent.message_id = next(self._message_ids)
+        sent.shown = sent.text
         self.sent.append(sent)
         if self.on_sent is not None:
             self.on_sent(sent)
@@ -425,7 +486,7 @@ class FakeTelegram:
         return 200, {
             "ok": True,
             "result": {
-                "message_id": next(self._message_ids),
+                "message_id": sent.message_id,
                 "date": int(time.time()),
                 "chat": {"id": sent.chat_id, "type": chat_type},
                 "from": {"id": BOT_ID, "is_bot": True, "first_name": "Rousseau"},

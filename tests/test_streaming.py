@@ -1,0 +1,163 @@
+"""Replies streamed into a Telegram chat through `rousseau run`: the OpenAI SDK reading a
+slowly streamed answer from the fake model, python-telegram-bot sending and editing the
+preview on the fake Bot API, which records every send and edit with its time."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+
+from rousseau.transports.split import split_message, utf16_len
+from rousseau.transports.telegram import MAX_LENGTH
+from tests.fakes.llm import (
+    FakeLLMServer,
+    Recorded,
+    Reply,
+    openai_completion,
+    openai_stream,
+)
+from tests.fakes.telegram import FakeTelegram
+from tests.faults.support import edit_config, wait_until
+from tests.helpers import ROUSSEAU  # noqa: F401 - the daemon fixtures run it
+from tests.test_daemon import Daemon, daemon, llm, model, telegram  # noqa: F401 - fixtures
+
+ANSWER = " ".join(f"word{i}" for i in range(120))
+"""Streamed in 30 events 0.12 s apart: about 3.5 s of writing."""
+
+
+def slowly(text: str = ANSWER, pace: float = 0.12, chunk: int = 24) -> Reply:
+    reply = openai_stream(openai_completion(text), chunk=chunk)
+    reply.pace = pace
+    return reply
+
+
+def updates(fake: FakeTelegram, chat: int = 42) -> list[float]:
+    """When the chat's preview was sent or edited."""
+    return sorted(
+        [s.at for s in fake.sent if s.chat_id == chat]
+        + [e.at for e in fake.edits if e.chat_id == chat]
+    )
+
+
+def test_a_slow_answer_grows_in_one_message_that_ends_as_the_answer(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    llm.responder = lambda r: slowly()
+    daemon.start()
+    telegram.push("tell me a long story")
+    assert wait_until(lambda: telegram.visible(42) == [ANSWER], timeout=20)
+    time.sleep(0.5)  # nothing more comes
+    assert telegram.visible(42) == [ANSWER] and len(telegram.sent) == 1
+    [first_token] = llm.first_tokens
+    times = updates(telegram)
+    assert len(times) >= 3  # shown while written, then the final edit
+    assert times[0] - first_token <= 1.5
+    assert all(b - a >= 0.9 for a, b in itertools.pairwise(times))  # one a second
+    assert telegram.sent[0].text != ANSWER  # the first update was a part of it
+    assert daemon.stop() == 0
+
+
+def test_an_answer_longer_than_a_message_ends_split_with_nothing_lost(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    long = " ".join(f"w{i}" for i in range(1500))  # about 9,000 characters
+    llm.responder = lambda r: slowly(long, pace=0.1, chunk=400)
+    daemon.start()
+    telegram.push("a very long one")
+    assert wait_until(lambda: len(" ".join(telegram.visible(42)).split()) == 1500, timeout=30)
+    time.sleep(1.5)
+    shown = telegram.visible(42)
+    assert shown == split_message(long, MAX_LENGTH, utf16_len)  # two messages, both edited
+    assert " ".join(shown).split() == long.split()
+    assert daemon.stop() == 0
+
+
+def test_a_429_on_an_edit_slows_the_edits_and_loses_nothing(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    llm.responder = lambda r: slowly(pace=0.15)
+    telegram.flood_edits_once = 2
+    daemon.start()
+    telegram.push("tell me a long story")
+    assert wait_until(lambda: telegram.visible(42) == [ANSWER], timeout=30)
+    assert telegram.flood_edits_once is None  # the 429 was given
+    times = updates(telegram)
+    assert max(b - a for a, b in itertools.pairwise(times)) >= 2.0  # it waited
+    assert daemon.stop() == 0
+
+
+def test_a_kill_mid_stream_leaves_one_complete_answer_after_the_restart(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    llm.responder = lambda r: slowly(pace=0.3)  # about 9 s: killed well before the end
+    daemon.start()
+    telegram.push("tell me a long story")
+    assert wait_until(lambda: len(telegram.sent) == 1, timeout=20)  # the preview is showing
+    time.sleep(0.5)  # its id is kept (a kill in the instant between is in the docs)
+    daemon.stop(signal.SIGKILL)
+    assert telegram.visible(42)[0] != ANSWER
+    llm.responder = lambda r: slowly(pace=0.05)
+    daemon.start()
+    wait_until(lambda: telegram.visible(42) == [ANSWER], timeout=30)
+    time.sleep(1.0)
+    assert telegram.visible(42) == [ANSWER], daemon.log.read_text()[-3000:]  # one message
+    assert daemon.stop() == 0
+
+
+def bash_then_answer(recorded: Recorded) -> Reply:
+    last = recorded.body["messages"][-1]
+    if last["role"] == "tool":
+        return openai_stream(openai_completion("done"))
+    if "sleep" in str(last.get("content")):
+        return openai_stream(openai_completion(tool_calls=[("bash", {"command": "sleep 30"})]))
+    return model(recorded)
+
+
+def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(daemon, lambda c: c["agent"].update(approver={"allow": [{"tool": "bash"}]}))
+    llm.responder = bash_then_answer
+    daemon.start()
+    telegram.push("please sleep")
+    assert wait_until(lambda: telegram.actions, timeout=20)  # the turn runs
+    time.sleep(1.5)  # bash is sleeping
+    asked = time.monotonic()
+    telegram.push("/stop")
+    assert wait_until(lambda: "Stopped." in telegram.visible(42), timeout=10)
+    assert time.monotonic() - asked < 2.0
+    # The preview said what ran; it is left saying the turn was stopped.
+    assert wait_until(lambda: telegram.visible(42)[0] == "(stopped)", timeout=5)
+    assert telegram.sent[0].text == "⏳ running `sleep 30`…"
+    telegram.push("hello again")
+    assert wait_until(lambda: telegram.visible(42)[-1] == "echo: hello again", timeout=10)
+    last_request = [r for r in llm.posts() if r.path.endswith("/chat/completions")][-1]
+    roles = [m["role"] for m in last_request.body["messages"]]
+    assert roles[-4:] == ["user", "assistant", "tool", "user"]  # the cut call was closed
+    assert daemon.stop() == 0
+
+
+def test_streaming_off_sends_the_answer_whole(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(daemon, lambda c: c["telegram"].update(streaming="off"))
+    llm.responder = lambda r: slowly()
+    daemon.start()
+    telegram.push("tell me a long story")
+    [sent] = telegram.wait_sent(1)
+    time.sleep(0.5)
+    assert sent.text == ANSWER and telegram.edits == [] and len(telegram.sent) == 1
+    assert daemon.stop() == 0
