@@ -4,7 +4,8 @@ process) into the router, a zero-latency model, replies back out through the out
 Prints messages per second, p50/p99 added latency (update available -> reply received by the
 Bot API) and RSS before and after. Targets on a 2-core machine: >= 300 messages/s across 100
 chats; p99 added latency < 50 ms at 100 messages/s; RSS growth < 10% over 20,000 messages;
-with a 1 s model, 100 chats sending at once all answered within 3 s.
+with a 1 s model, 100 chats sending at once all answered within 3 s. Then the daemon CPU a
+streamed reply adds (a model writing for 3 s, shown at one edit a second; target < 2 ms).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rousseau.agent import Request, Response  # noqa: E402
+from rousseau.agent import Request, Response, StreamEvent  # noqa: E402
 from rousseau.agent.testing import FunctionProvider, text_reply  # noqa: E402
 from rousseau.config import load_config  # noqa: E402
 from rousseau.daemon import Daemon  # noqa: E402
@@ -37,6 +38,8 @@ from rousseau.transports.telegram import TelegramTransport  # noqa: E402
 
 TOKEN = "123456:BENCH-token"
 CHATS = 100
+REPLIES = 200
+"""Streamed replies measured, 20 at a time."""
 
 
 def rss_mb() -> float:
@@ -94,20 +97,21 @@ class Load:
         """Milliseconds from push to reply, for the replies sent after the first `since`."""
         return list(call(self.url + f"/control/latencies?since={since}")["latencies_ms"])
 
-    async def wait_for(self, sent: int, limit: float = 600) -> dict[str, Any]:
+    async def wait_for(self, sent: int, limit: float = 600, key: str = "sent") -> dict[str, Any]:
+        """Once `sent` messages were sent (or, with key="finished", show a whole reply)."""
         with anyio.fail_after(limit):
             while True:
                 stats = await anyio.to_thread.run_sync(self.stats)
-                if stats["sent"] >= sent:
+                if stats[key] >= sent:
                     return stats
                 await anyio.sleep(0.05)
 
 
 def bench_daemon(
-    url: str, tmp: Path, answer: Callable[[Request], Awaitable[Response]], **env: str
+    url: str, tmp: Path, answer: Callable[[Request], Awaitable[Response]] | Any, **env: str
 ) -> tuple[Daemon, TelegramTransport]:
     """A daemon (state in `tmp`) polling the fake Bot API at `url`, open to everyone with no
-    rate limit to speak of, answered by `answer`."""
+    rate limit to speak of, answered by `answer` (a function, or a provider)."""
     config = load_config(
         None,
         {
@@ -123,7 +127,7 @@ def bench_daemon(
         config,
         transports={"telegram": transport},
         chat_policies={"telegram": ChatPolicy(policy="open")},
-        provider=FunctionProvider(answer, record=False),
+        provider=answer if hasattr(answer, "complete") else FunctionProvider(answer, record=False),
     )
     return daemon, transport
 
@@ -197,11 +201,61 @@ async def measure(load: Load) -> None:
     )
 
 
+class PacedModel:
+    """A model that writes its answer in 10 pieces 0.3 s apart."""
+
+    name = "paced"
+
+    async def complete(self, request: Request) -> Response:
+        return text_reply(" ".join(f"word{i}" for i in range(60)))
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        response = await self.complete(request)
+        text = response.message.text
+        step = len(text) // 10 + 1
+        for i in range(0, len(text), step):
+            await anyio.sleep(0.3)
+            yield StreamEvent.text_delta(text[i : i + step])
+        yield StreamEvent.final(response)
+
+
+async def streaming_cpu(url: str, streaming: str, replies: int = REPLIES) -> float:
+    """Daemon CPU seconds for `replies` answers from the paced model, 20 chats at a time."""
+    tmp = Path(tempfile.mkdtemp())
+    daemon, transport = bench_daemon(url, tmp, PacedModel(), ROUSSEAU_TELEGRAM_STREAMING=streaming)
+    load = Load(url)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(30):
+            while not transport.connected:
+                await anyio.sleep(0.05)
+        await anyio.to_thread.run_sync(load.push, 20)  # warm up
+        await load.wait_for(20, key="finished")
+        started = time.process_time()
+        for done in range(20, 20 + replies, 20):
+            await anyio.to_thread.run_sync(load.push, 20)
+            await load.wait_for(done + 20, key="finished")
+        used = time.process_time() - started
+        edits = (await anyio.to_thread.run_sync(load.stats))["calls"].get("editMessageText", 0)
+        daemon.stop()
+    print(f"  streaming {streaming}: {edits} edits for {replies + 20} replies")
+    return used
+
+
 def main() -> None:
     configure_logging("error")
     for delay in (0.0, 1.0):
         with fake_bot_api() as url:
             anyio.run(run_scenario, url, delay)
+    cpu = {}
+    for mode in ("off", "edit"):
+        with fake_bot_api() as url:
+            cpu[mode] = anyio.run(streaming_cpu, url, mode)
+    added = (cpu["edit"] - cpu["off"]) / REPLIES * 1000
+    print(
+        f"streaming: {added:.2f} ms of daemon CPU added per streamed reply "
+        f"({cpu['off'] / REPLIES * 1000:.1f} ms a reply without; target < 2 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ log = structlog.get_logger("rousseau.router")
 HELP = (
     "I'm an assistant. Just write to me.\n"
     "/new or /reset: start a fresh conversation\n"
+    "/stop: stop the answer being written\n"
     "/help: this message"
 )
 FAILED_REPLY = (

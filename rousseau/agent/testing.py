@@ -84,15 +84,19 @@ class ScriptedProvider:
 
     A step is a Response, a plain string (a final answer), an exception to raise, or a
     function of the request. `delay` seconds pass before each reply (to test cancellation
-    and concurrency); text is streamed in `chunk`-sized deltas.
+    and concurrency); text is streamed in `chunk`-sized deltas, `pace` seconds apart (a
+    model writing slowly).
     """
 
     name = "scripted"
 
-    def __init__(self, *script: Step, delay: float = 0.0, chunk: int = 8) -> None:
+    def __init__(
+        self, *script: Step, delay: float = 0.0, chunk: int = 8, pace: float = 0.0
+    ) -> None:
         self.script = list(script)
         self.delay = delay
         self.chunk = max(1, chunk)
+        self.pace = pace
         self.requests: list[Request] = []
 
     @property
@@ -126,6 +130,8 @@ class ScriptedProvider:
         response = await self._next(request)
         text = response.message.text
         for i in range(0, len(text), self.chunk):
+            if i and self.pace:
+                await anyio.sleep(self.pace)
             yield StreamEvent.text_delta(text[i : i + self.chunk])
             await anyio.lowlevel.checkpoint()
         yield StreamEvent.final(response)

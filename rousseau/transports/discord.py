@@ -241,8 +241,37 @@ class DiscordTransport:
                 raise self._failed(f"cannot find channel {chat_id}", exc) from exc
         return channel
 
+    async def preview(
+        self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
+    ) -> str:
+        """A reply as it is written: sent, then edited in place (see rousseau.streaming).
+        discord.py waits out a 429 itself."""
+        channel = await self._channel(chat_id)
+        try:
+            if message_id is None:
+                sent = await channel.send(text, allowed_mentions=discord.AllowedMentions.none())
+                return str(sent.id)
+            await channel.get_partial_message(int(message_id)).edit(content=text)
+            return message_id
+        except _FAILURES as exc:
+            raise self._failed("a preview failed", exc) from exc
+
+    async def _edit(self, channel: Any, message: Outbound) -> bool:
+        """The streamed preview `message.replaces` edited into the final text; False when it
+        is gone (deleted) and the text must be sent anew."""
+        assert message.replaces is not None
+        try:
+            await channel.get_partial_message(int(message.replaces)).edit(content=message.text)
+        except discord.NotFound:
+            return False
+        except _FAILURES as exc:
+            raise self._failed("editing failed", exc) from exc
+        return True
+
     async def send(self, message: Outbound) -> None:
         channel = await self._channel(message.chat_id)
+        if message.replaces is not None and await self._edit(channel, message):
+            return
         reference = None
         if message.reply_to and getattr(channel, "guild", None) is not None:
             reference = discord.MessageReference(

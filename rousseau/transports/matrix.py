@@ -25,6 +25,7 @@ from rousseau.transports.base import (
     KeyValue,
     MemoryKeyValue,
     Outbound,
+    Throttled,
     describe,
     file_bytes,
     take_files,
@@ -53,6 +54,17 @@ MAX_FILE_BYTES = 50_000_000
 VOICE = "org.matrix.msc3245.voice"
 """The key that marks an m.audio event as a voice message (Element's, MSC3245)."""
 _MSGTYPES = {"image": "m.image", "audio": "m.audio", "video": "m.video"}
+
+
+def _replacing(event_id: str, content: dict[str, Any]) -> dict[str, Any]:
+    """An edit of `event_id` to `content` (`m.replace`); clients without edits show the
+    fallback body, starred as Element stars it."""
+    return {
+        **content,
+        "body": f"* {content['body']}",
+        "m.new_content": content,
+        "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
+    }
 
 
 class _Unavailable(Exception):
@@ -303,13 +315,37 @@ class MatrixTransport:
                 message = data
             else:
                 return await self._send_file(self._client, message, data)
-        content = {
-            "msgtype": self.msgtype,
-            "body": message.text,
-            "format": "org.matrix.custom.html",
-            "formatted_body": markdown.markdown(message.text, extensions=["fenced_code"]),
-        }
+        content = self._text(message.text)
+        if message.replaces is not None:  # a streamed preview becomes the answer
+            content = _replacing(message.replaces, content)
         await self._room_send(self._client, message.chat_id, content)
+
+    def _text(self, text: str) -> dict[str, Any]:
+        return {
+            "msgtype": self.msgtype,
+            "body": text,
+            "format": "org.matrix.custom.html",
+            "formatted_body": markdown.markdown(text, extensions=["fenced_code"]),
+        }
+
+    async def preview(
+        self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
+    ) -> str:
+        """A reply as it is written: sent, then replaced (`m.replace`) in place (see
+        rousseau.streaming); returns the first event's id, which every edit refers to."""
+        assert self._client is not None, "the transport is not running"
+        content = self._text(text)
+        if message_id is not None:
+            content = _replacing(message_id, content)
+        try:
+            reply = await self._client.room_send(chat_id, "m.room.message", content)
+        except _FAILURES as exc:
+            raise self._unreachable(exc) from exc
+        if isinstance(reply, nio.RoomSendResponse):
+            return message_id or str(reply.event_id)
+        if reply.status_code == "M_LIMIT_EXCEEDED":
+            raise Throttled((reply.retry_after_ms or 1000) / 1000)
+        raise await self._refused("a preview", reply)
 
     async def _send_file(self, client: nio.AsyncClient, message: Outbound, data: bytes) -> None:
         """Uploaded to the media repository, then sent as m.image (shown inline), m.audio,

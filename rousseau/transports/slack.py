@@ -24,6 +24,7 @@ from rousseau.transports.base import (
     InboundHandler,
     KeyValue,
     Outbound,
+    Throttled,
     describe,
     file_bytes,
     take_files,
@@ -305,12 +306,52 @@ class SlackTransport:
         if message.thread_id:
             # Before posting: a reply in the thread may arrive before chat.postMessage returns.
             self._remember_thread(message.chat_id, message.thread_id)
+        if message.replaces is not None and await self._update(message, text, blocks):
+            return
         try:
             await self.client.chat_postMessage(
                 channel=message.chat_id, text=text, thread_ts=message.thread_id, blocks=blocks
             )
         except _FAILURES as exc:
             raise self._failed("slack.bot_token", "chat.postMessage", exc) from exc
+
+    async def _update(self, message: Outbound, text: str, blocks: Any) -> bool:
+        """The streamed preview `message.replaces` updated into the final text; False when
+        it is gone (deleted) and the text must be posted anew."""
+        assert message.replaces is not None
+        try:
+            await self.client.chat_update(
+                channel=message.chat_id, ts=message.replaces, text=text, blocks=blocks
+            )
+        except SlackApiError as exc:
+            if exc.response.get("error") in ("message_not_found", "cant_update_message"):
+                return False
+            raise self._failed("slack.bot_token", "chat.update", exc) from exc
+        except _FAILURES as exc:
+            raise self._failed("slack.bot_token", "chat.update", exc) from exc
+        return True
+
+    async def preview(
+        self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
+    ) -> str:
+        """A reply as it is written: posted, then updated in place (see rousseau.streaming)."""
+        shown = to_mrkdwn(text)
+        try:
+            if message_id is None:
+                if thread_id:
+                    self._remember_thread(chat_id, thread_id)
+                posted = await self.client.chat_postMessage(
+                    channel=chat_id, text=shown, thread_ts=thread_id
+                )
+                return str(posted["ts"])
+            await self.client.chat_update(channel=chat_id, ts=message_id, text=shown)
+            return message_id
+        except SlackApiError as exc:
+            if exc.response.status_code == 429:
+                raise Throttled(float(exc.response.headers.get("Retry-After", 1))) from exc
+            raise self._failed("slack.bot_token", "a preview", exc) from exc
+        except _FAILURES as exc:
+            raise self._failed("slack.bot_token", "a preview", exc) from exc
 
     async def _send_file(self, message: Outbound, data: bytes) -> None:
         """Uploaded to the chat (Slack's external upload: an upload URL, the bytes, then

@@ -77,6 +77,9 @@ class SentMessage:
     at: float = field(default_factory=time.time)
     files: list[tuple[str, bytes, str]] = field(default_factory=list)
     """Uploaded with the message: (file name, bytes, content type)."""
+    shown: str = ""
+    """What the channel shows now: the content as sent, or as last edited."""
+    edited_at: list[float] = field(default_factory=list)
 
 
 class FakeDiscord(AioServer):
@@ -331,6 +334,8 @@ class FakeDiscord(AioServer):
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "typing":
             self.typing.append(parts[1])
             return web.Response(status=204)
+        if parts[0] == "channels" and len(parts) == 4 and parts[2] == "messages":
+            return await self._edit_message(request, parts[1], parts[3])
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "messages":
             return await self._create_message(request, parts[1])
         if parts[0] == "channels" and len(parts) == 2:
@@ -371,9 +376,22 @@ class FakeDiscord(AioServer):
                 components=body.get("components") or [],
                 id=message_id,
                 files=files,
+                shown=body.get("content") or "",
             )
         )
         return _json(_bot_message(message_id, channel_id, body.get("content") or ""))
+
+    async def _edit_message(
+        self, request: web.Request, channel_id: str, message_id: str
+    ) -> web.Response:
+        """PATCH channels/ID/messages/ID: the message shows the new content from now on."""
+        found = next((m for m in self.sent if m.id == message_id), None)
+        if request.method != "PATCH" or found is None:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        body = await request.json()
+        found.shown = body.get("content") or ""
+        found.edited_at.append(time.time())
+        return _json(_bot_message(message_id, channel_id, found.shown))
 
     def _text_channel(self) -> dict[str, Any]:
         return {

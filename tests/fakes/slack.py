@@ -40,6 +40,10 @@ class Posted:
     thread_ts: str | None
     blocks: list[dict[str, Any]] | None = None
     at: float = field(default_factory=time.time)
+    ts: str = ""
+    shown: str = ""
+    """What the channel shows now: the text as posted, or as last updated."""
+    updated_at: list[float] = field(default_factory=list)
 
 
 class FakeSlack(AioServer):
@@ -57,6 +61,8 @@ class FakeSlack(AioServer):
         self.files: dict[str, bytes] = {}
         """Shared files' bytes, by file id."""
         self.downloads: list[str] = []
+        self.rate_limit_updates = 0
+        """Answer this many chat.update calls with 429 (Retry-After: 2)."""
         self.uploading: dict[str, dict[str, Any]] = {}
         """Files the bot asked to upload, by file id: their name, length and bytes once sent."""
         self.uploaded: list[Uploaded] = []
@@ -268,45 +274,71 @@ class FakeSlack(AioServer):
                     "url": "https://test.slack.example/",
                 }
             )
-        if method == "chat.postMessage":
-            blocks = params.get("blocks")
-            self.posted.append(
-                Posted(
-                    channel=params["channel"],
-                    text=params["text"],
+        answer = getattr(self, "_m_" + method.replace(".", "_"), None)
+        if answer is not None:
+            return answer(params)  # type: ignore[no-any-return]
+        return web.json_response({"ok": True})
+
+    def _m_chat_postMessage(self, params: dict[str, Any]) -> web.Response:
+        blocks = params.get("blocks")
+        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        self.posted.append(
+            Posted(
+                channel=params["channel"],
+                text=params["text"],
+                thread_ts=params.get("thread_ts"),
+                blocks=json.loads(blocks) if isinstance(blocks, str) else blocks,
+                ts=ts,
+                shown=params["text"],
+            )
+        )
+        return web.json_response({"ok": True, "channel": params["channel"], "ts": ts})
+
+    def _m_chat_update(self, params: dict[str, Any]) -> web.Response:
+        if self.rate_limit_updates:
+            self.rate_limit_updates -= 1
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "2"}
+            )
+        found = next(
+            (p for p in self.posted if (p.channel, p.ts) == (params["channel"], params["ts"])),
+            None,
+        )
+        if found is None:
+            return web.json_response({"ok": False, "error": "message_not_found"})
+        found.shown = params["text"]
+        found.updated_at.append(time.time())
+        return web.json_response(
+            {"ok": True, "channel": found.channel, "ts": found.ts, "text": found.shown}
+        )
+
+    def _m_files_getUploadURLExternal(self, params: dict[str, Any]) -> web.Response:
+        file_id = f"FUP{next(self._ids)}"
+        self.uploading[file_id] = {
+            "name": params["filename"],
+            "length": int(params["length"]),
+            "data": None,
+        }
+        upload_url = f"{self.url}/upload/v1/{file_id}"
+        return web.json_response({"ok": True, "upload_url": upload_url, "file_id": file_id})
+
+    def _m_files_completeUploadExternal(self, params: dict[str, Any]) -> web.Response:
+        raw_files = params["files"]
+        shared = json.loads(raw_files) if isinstance(raw_files, str) else raw_files
+        for f in shared:
+            pending = self.uploading.pop(f["id"], None)
+            if pending is None or pending["data"] is None:
+                return web.json_response({"ok": False, "error": "file_not_found"})
+            self.uploaded.append(
+                Uploaded(
+                    channel=params["channel_id"],
+                    name=pending["name"],
+                    data=pending["data"],
+                    comment=params.get("initial_comment") or "",
                     thread_ts=params.get("thread_ts"),
-                    blocks=json.loads(blocks) if isinstance(blocks, str) else blocks,
                 )
             )
-            ts = f"{int(time.time())}.{next(self._ts):06d}"
-            return web.json_response({"ok": True, "channel": params["channel"], "ts": ts})
-        if method == "files.getUploadURLExternal":
-            file_id = f"FUP{next(self._ids)}"
-            self.uploading[file_id] = {
-                "name": params["filename"],
-                "length": int(params["length"]),
-                "data": None,
-            }
-            upload_url = f"{self.url}/upload/v1/{file_id}"
-            return web.json_response({"ok": True, "upload_url": upload_url, "file_id": file_id})
-        if method == "files.completeUploadExternal":
-            raw_files = params["files"]
-            shared = json.loads(raw_files) if isinstance(raw_files, str) else raw_files
-            for f in shared:
-                pending = self.uploading.pop(f["id"], None)
-                if pending is None or pending["data"] is None:
-                    return web.json_response({"ok": False, "error": "file_not_found"})
-                self.uploaded.append(
-                    Uploaded(
-                        channel=params["channel_id"],
-                        name=pending["name"],
-                        data=pending["data"],
-                        comment=params.get("initial_comment") or "",
-                        thread_ts=params.get("thread_ts"),
-                    )
-                )
-            return web.json_response({"ok": True, "files": [{"id": f["id"]} for f in shared]})
-        return web.json_response({"ok": True})
+        return web.json_response({"ok": True, "files": [{"id": f["id"]} for f in shared]})
 
     async def _upload(self, request: web.Request) -> web.Response:
         """The upload URL: the file's bytes, as many as getUploadURLExternal was told."""

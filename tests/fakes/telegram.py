@@ -318,7 +318,9 @@ class FakeTelegram:
             ]
             self._reply(handler, 200, {"latencies_ms": latencies})
             return
-        self._reply(handler, 200, {"sent": len(self.sent), "calls": dict(self.call_counts)})
+        finished = sum(1 for s in self.sent if not s.shown.endswith("…"))  # not a preview
+        stats = {"sent": len(self.sent), "finished": finished, "calls": dict(self.call_counts)}
+        self._reply(handler, 200, stats)
 
     def _params(self, handler: BaseHTTPRequestHandler, raw: bytes) -> dict[str, Any]:
         kind = handler.headers.get("content-type", "")

@@ -104,6 +104,15 @@ class DiscordHarness:
     def delivered(self) -> list[Delivered]:
         return [Delivered(chat=m.channel_id, text=m.content) for m in self.fake.sent if not m.files]
 
+    def shown(self) -> list[str]:
+        """What the direct chat shows of the bot's messages now (edits applied)."""
+        return [m.shown for m in self.fake.sent if m.channel_id == self.dm_chat and not m.files]
+
+    def update_times(self) -> list[float]:
+        """When the bot's messages in the direct chat were sent or edited."""
+        sent = [m for m in self.fake.sent if m.channel_id == self.dm_chat]
+        return sorted([m.at for m in sent] + [t for m in sent for t in m.edited_at])
+
     def files_delivered(self) -> list[DeliveredFile]:
         return [
             DeliveredFile(

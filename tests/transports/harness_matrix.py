@@ -151,6 +151,34 @@ class MatrixHarness:
     def drop_connection(self) -> None:
         raise NotImplementedError(self.cannot["drop_connection"])
 
+    def _dm_events(self) -> list[dict[str, Any]]:
+        path = (
+            f"/_matrix/client/v3/rooms/{urllib.parse.quote(self.dm_chat)}/messages?dir=f&limit=200"
+        )
+        chunk = self.synapse.call("GET", path, token=self.alice["access_token"])["chunk"]
+        return [
+            e for e in chunk if e["type"] == "m.room.message" and e["sender"] == self.bot["user_id"]
+        ]
+
+    def shown(self) -> list[str]:
+        """What a client shows of the bot's messages in the direct chat: each message with
+        its latest edit (`m.replace`) applied."""
+        events = self._dm_events()
+        shown = {
+            e["event_id"]: e["content"]["body"]
+            for e in events
+            if (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"
+        }
+        for e in events:
+            relates = e["content"].get("m.relates_to") or {}
+            if relates.get("rel_type") == "m.replace" and relates["event_id"] in shown:
+                shown[relates["event_id"]] = e["content"]["m.new_content"]["body"]
+        return list(shown.values())
+
+    def update_times(self) -> list[float]:
+        """When the bot's messages in the direct chat were sent or edited (server time)."""
+        return sorted(e["origin_server_ts"] / 1000 for e in self._dm_events())
+
     def _bot_events(self) -> list[tuple[str, dict[str, Any]]]:
         out = []
         for room in (self.dm_chat, self.group_chat):

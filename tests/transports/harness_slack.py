@@ -72,6 +72,15 @@ class SlackHarness:
             Delivered(chat=p.channel, text=p.text, thread=p.thread_ts) for p in self.fake.posted
         ]
 
+    def shown(self) -> list[str]:
+        """What the direct chat shows of the bot's messages now (edits applied)."""
+        return [p.shown for p in self.fake.posted if p.channel == self.dm_chat]
+
+    def update_times(self) -> list[float]:
+        """When the bot's messages in the direct chat were posted or updated."""
+        posted = [p for p in self.fake.posted if p.channel == self.dm_chat]
+        return sorted([p.at for p in posted] + [t for p in posted for t in p.updated_at])
+
     def files_delivered(self) -> list[DeliveredFile]:
         return [
             DeliveredFile(

@@ -77,6 +77,18 @@ class TelegramHarness:
             if "_kind" not in s.params
         ]
 
+    def shown(self) -> list[str]:
+        """What the direct chat shows of the bot's messages now (edits applied)."""
+        return self.fake.visible(int(self.dm_chat))
+
+    def update_times(self) -> list[float]:
+        """When the bot's messages in the direct chat were sent or edited."""
+        chat = int(self.dm_chat)
+        return sorted(
+            [s.at for s in self.fake.sent if s.chat_id == chat]
+            + [e.at for e in self.fake.edits if e.chat_id == chat]
+        )
+
     def files_delivered(self) -> list[DeliveredFile]:
         return [
             DeliveredFile(
