@@ -79,6 +79,7 @@ BROKEN_REPLY = (
 )
 STOPPED = "Stopped."
 NOTHING_TO_STOP = "Nothing is running."
+WAITING = "⏳ waiting for an owner to approve a tool call…"
 STOPPED_MARK = "(stopped)"
 """What a stopped turn's preview is left showing."""
 TYPING_EVERY = 4.0
@@ -88,6 +89,7 @@ MAX_ATTEMPTS = 3
 RETRY_CAP = 30.0
 
 _in_slot: ContextVar[bool] = ContextVar("in_turn_slot", default=False)
+_previewing: ContextVar[Preview | None] = ContextVar("previewing", default=None)
 
 
 class ShuttingDown(Exception):
@@ -420,6 +422,7 @@ class Router:
             return await self.agent.turn(session)
         settings = self.streaming.get(inbound.transport) or StreamSettings()
         progress = settings.shows_progress(inbound.is_group)
+        _previewing.set(preview)  # this turn's task: an approval wait shows in the preview
         last: Response | None = None
         usage = Usage()
         async with aclosing(self.agent.turn_stream(session)) as events:
@@ -438,7 +441,11 @@ class Router:
 
     @asynccontextmanager
     async def slot_released(self) -> AsyncIterator[None]:
-        """While a turn waits for a person (an approval), its turn slot serves others."""
+        """While a turn waits for a person (an approval), its turn slot serves others, and
+        its preview (if its reply streams) says what it waits for."""
+        preview = _previewing.get()
+        if preview is not None:
+            preview.status(WAITING)
         if not _in_slot.get():
             yield
             return

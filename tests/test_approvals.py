@@ -68,9 +68,10 @@ async def said(telegram: TelegramHarness, chat: int, pattern: str) -> str:
     """Wait for a message to `chat` matching `pattern`; return it."""
     with anyio.fail_after(20):
         while True:
-            for sent in telegram.fake.sent:
-                if sent.chat_id == chat and re.search(pattern, sent.text):
-                    return sent.text
+            for sent in telegram.fake.sent:  # as sent, and as shown after an edit
+                for text in (sent.text, sent.shown):
+                    if sent.chat_id == chat and re.search(pattern, text):
+                        return text
             await anyio.sleep(0.02)
 
 
@@ -221,3 +222,15 @@ async def test_only_codes_given_out_are_answers() -> None:
     code = asked[0][0].split()[1]
     assert approvals.is_answer(f"yes {code.lower()}")  # a late answer is still recognised
     assert not approvals.is_answer("no thanks")
+
+
+async def test_a_turn_waiting_for_an_approval_says_so_where_its_reply_will_be(
+    telegram: TelegramHarness, tmp_path: Path
+) -> None:
+    async with daemon(telegram, tmp_path):
+        say(telegram, 42, "run hello")
+        code = await code_for(telegram, 42)
+        assert await said(telegram, 42, "waiting for an owner to approve")  # the preview
+        say(telegram, 42, f"yes {code}")
+        assert await said(telegram, 42, "^ran: hello$")  # the preview, edited into the answer
+    assert "waiting for an owner to approve" not in " ".join(telegram.fake.visible(42))
