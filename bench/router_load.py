@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,18 @@ def bench_daemon(
     return daemon, transport
 
 
+@asynccontextmanager
+async def running(daemon: Daemon, transport: TelegramTransport) -> AsyncIterator[None]:
+    """The daemon running, its transport connected; stopped on leaving."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(30):
+            while not transport.connected:
+                await anyio.sleep(0.05)
+        yield
+        daemon.stop()
+
+
 async def run_scenario(url: str, model_delay: float) -> None:
     tmp = Path(tempfile.mkdtemp())
 
@@ -142,11 +154,7 @@ async def run_scenario(url: str, model_delay: float) -> None:
 
     daemon, transport = bench_daemon(url, tmp, answer, ROUSSEAU_MAX_CONCURRENT_TURNS="128")
     load = Load(url)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(daemon.run)
-        with anyio.fail_after(30):
-            while not transport.connected:
-                await anyio.sleep(0.05)
+    async with running(daemon, transport):
         if model_delay:
             started = time.monotonic()
             await anyio.to_thread.run_sync(load.push, CHATS)
@@ -157,7 +165,6 @@ async def run_scenario(url: str, model_delay: float) -> None:
             )
         else:
             await measure(load)
-        daemon.stop()
 
 
 async def measure(load: Load) -> None:
@@ -224,11 +231,7 @@ async def streaming_cpu(url: str, streaming: str, replies: int = REPLIES) -> flo
     tmp = Path(tempfile.mkdtemp())
     daemon, transport = bench_daemon(url, tmp, PacedModel(), ROUSSEAU_TELEGRAM_STREAMING=streaming)
     load = Load(url)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(daemon.run)
-        with anyio.fail_after(30):
-            while not transport.connected:
-                await anyio.sleep(0.05)
+    async with running(daemon, transport):
         await anyio.to_thread.run_sync(load.push, 20)  # warm up
         await load.wait_for(20, key="finished")
         started = time.process_time()
@@ -237,7 +240,6 @@ async def streaming_cpu(url: str, streaming: str, replies: int = REPLIES) -> flo
             await load.wait_for(done + 20, key="finished")
         used = time.process_time() - started
         edits = (await anyio.to_thread.run_sync(load.stats))["calls"].get("editMessageText", 0)
-        daemon.stop()
     print(f"  streaming {streaming}: {edits} edits for {replies + 20} replies")
     return used
 
