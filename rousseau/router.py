@@ -12,6 +12,7 @@ import functools
 import secrets
 import time
 import traceback
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -42,7 +43,14 @@ from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState, Progress, TransportState
 from rousseau.state.store import StoreFullError
-from rousseau.streaming import LEFTOVER, Preview, StreamSettings, edits_of, status_line
+from rousseau.streaming import (
+    LEFTOVER,
+    Drafts,
+    Preview,
+    StreamSettings,
+    edits_of,
+    status_line,
+)
 from rousseau.transports.base import (
     Inbound,
     Outbound,
@@ -359,15 +367,20 @@ class Router:
         """A preview for this turn's reply, where its transport streams (continuing the
         messages an earlier try of the turn was shown in)."""
         settings = self.streaming.get(inbound.transport)
-        edits = edits_of(self.transports.get(inbound.transport), settings)
+        transport = self.transports.get(inbound.transport)
+        edits = edits_of(transport, settings)
         if edits is None:
             return None
+        native = settings is not None and settings.streaming == "native"
+        drafts = transport if native and isinstance(transport, Drafts) else None
         return Preview(
             transport=edits,
             chat_id=inbound.chat_id,
             thread_id=inbound.thread_id,
             ids=list(shown),
             keep=functools.partial(self.state.shown_preview, inbound),
+            drafts=drafts if drafts is not None and not inbound.is_group else None,
+            draft_id=zlib.crc32(inbound.message_id.encode()) or 1,
         )
 
     async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:

@@ -53,6 +53,16 @@ class Edits(Protocol):
         ...
 
 
+@runtime_checkable
+class Drafts(Protocol):
+    """A transport with native drafts: a preview the app animates, gone once the answer is
+    sent (Telegram's sendMessageDraft, private chats only)."""
+
+    async def draft(self, chat_id: str, thread_id: str | None, text: str, *, draft_id: int) -> None:
+        """Show `text` as draft `draft_id`. Raises Throttled when asked to slow down."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class StreamSettings:
     """One transport's streaming settings (see TransportConfig)."""
@@ -114,6 +124,10 @@ class Preview:
     keep: Callable[[list[str]], Awaitable[None]] | None = None
     """Called with `ids` whenever a message is added to them (the router keeps them with
     the inbound)."""
+    drafts: Drafts | None = None
+    """Show the reply as a native draft instead (nothing to edit or keep: the answer is
+    then sent as a new message)."""
+    draft_id: int = 1
     interval: float = INTERVAL
     clock: Callable[[], float] = time.monotonic
     _text: str = ""
@@ -156,6 +170,16 @@ class Preview:
             with anyio.CancelScope(shield=True):  # a message sent is always in ids
                 await self._update()
 
+    async def _draft(self) -> None:
+        """The draft shows the part being written (a draft is one message)."""
+        assert self.drafts is not None
+        view = self._view()
+        part = view[-1] if view else ""
+        if part and self._shown != [part]:
+            await self.drafts.draft(self.chat_id, self.thread_id, part, draft_id=self.draft_id)
+            self.updates += 1
+            self._shown = [part]
+
     def _view(self) -> list[str]:
         text = self._status or (closed(self._text.rstrip()) + WRITING if self._text else "")
         if not text.strip():
@@ -170,6 +194,9 @@ class Preview:
     async def _update(self) -> None:
         self._next_at = self.clock() + self.interval
         try:
+            if self.drafts is not None:
+                await self._draft()
+                return
             for i, part in enumerate(self._view()):
                 if i < len(self._shown) and self._shown[i] == part:
                     continue

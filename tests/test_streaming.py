@@ -161,3 +161,24 @@ def test_streaming_off_sends_the_answer_whole(
     time.sleep(0.5)
     assert sent.text == ANSWER and telegram.edits == [] and len(telegram.sent) == 1
     assert daemon.stop() == 0
+
+
+def test_native_drafts_show_the_answer_as_it_is_written_then_it_is_sent_once(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(daemon, lambda c: c["telegram"].update(streaming="native"))
+    llm.responder = lambda r: slowly()
+    daemon.start()
+    telegram.push("tell me a long story")
+    [sent] = telegram.wait_sent(1)
+    time.sleep(0.5)
+    assert sent.text == ANSWER and len(telegram.sent) == 1 and telegram.edits == []
+    drafts = telegram.drafts
+    assert len(drafts) >= 2 and len({d.message_id for d in drafts}) == 1  # one draft, animated
+    assert ANSWER.startswith(drafts[-1].text.removesuffix(" …"))
+    [first_token] = llm.first_tokens
+    assert drafts[0].at - first_token <= 1.5
+    assert all(b.at - a.at >= 0.9 for a, b in itertools.pairwise(drafts))
+    assert daemon.stop() == 0

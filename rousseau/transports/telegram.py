@@ -362,6 +362,21 @@ class TelegramTransport:
         except TelegramError as exc:
             raise self._failed("a preview failed", exc) from exc
 
+    async def draft(self, chat_id: str, thread_id: str | None, text: str, *, draft_id: int) -> None:
+        """A reply as it is written, as a native draft (`streaming: native`, private chats):
+        the app animates it, and it is gone once the answer is sent."""
+        try:
+            await self.bot.send_message_draft(
+                chat_id=int(chat_id),
+                draft_id=draft_id,
+                text=text,
+                message_thread_id=int(thread_id) if thread_id else None,
+            )
+        except RetryAfter as exc:
+            raise Throttled(_seconds(exc)) from exc
+        except TelegramError as exc:
+            raise self._failed("a draft failed", exc) from exc
+
     async def _send_file(
         self, message: Outbound, attachment: Attachment, params: dict[str, Any]
     ) -> None:

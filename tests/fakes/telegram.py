@@ -73,6 +73,8 @@ class FakeTelegram:
         self.updates: list[dict[str, Any]] = []
         self.sent: list[Sent] = []
         self.edits: list[Edit] = []
+        self.drafts: list[Edit] = []
+        """sendMessageDraft calls: the draft id in `message_id`."""
         self.flood_edits_once: int | None = None
         """Answer the next editMessageText with 429 and this retry_after."""
         self.actions: list[tuple[int, str]] = []
@@ -472,6 +474,24 @@ class FakeTelegram:
                 "text": text,
             },
         }
+
+    def _api_sendMessageDraft(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A draft the app animates in a private chat (never a message of its own)."""
+        chat_id = int(params["chat_id"])
+        if chat_id < 0:
+            return 400, {
+                "ok": False,
+                "error_code": 400,
+                "description": "Bad Request: drafts can be sent only to private chats",
+            }
+        self.drafts.append(
+            Edit(
+                chat_id=chat_id,
+                message_id=int(params["draft_id"]),
+                text=str(params.get("text") or ""),
+            )
+        )
+        return 200, {"ok": True, "result": True}
 
     def visible(self, chat_id: int) -> list[str]:
         """What the chat shows of the bot's text messages now, in order."""
