@@ -435,20 +435,23 @@ class Router:
             return await self.agent.turn(session)
         settings = self.streaming.get(inbound.transport) or StreamSettings()
         progress = settings.shows_progress(inbound.is_group)
-        _previewing.set(preview)  # this turn's task: an approval wait shows in the preview
         last: Response | None = None
         usage = Usage()
-        async with aclosing(self.agent.turn_stream(session)) as events:
-            async for event in events:
-                if event.kind is StreamEventKind.TEXT:
-                    preview.write(event.text)
-                elif event.kind is StreamEventKind.TOOL_CALL and event.tool_use is not None:
-                    if progress:
-                        preview.status(status_line(event.tool_use))
-                elif event.response is not None:
-                    last = event.response
-                    usage = usage + last.usage
-                    preview.next_step()
+        token = _previewing.set(preview)  # for this turn only: an approval wait shows in it
+        try:
+            async with aclosing(self.agent.turn_stream(session)) as events:
+                async for event in events:
+                    if event.kind is StreamEventKind.TEXT:
+                        preview.write(event.text)
+                    elif event.kind is StreamEventKind.TOOL_CALL and event.tool_use is not None:
+                        if progress:
+                            preview.status(status_line(event.tool_use))
+                    elif event.response is not None:
+                        last = event.response
+                        usage = usage + last.usage
+                        preview.next_step()
+        finally:
+            _previewing.reset(token)
         assert last is not None  # turn_stream yields a RESPONSE per iteration or raises
         return Response(message=last.message, stop_reason=last.stop_reason, usage=usage)
 

@@ -54,7 +54,7 @@ def test_a_slow_answer_grows_in_one_message_that_ends_as_the_answer(
     [first_token] = llm.first_tokens
     times = updates(telegram)
     assert len(times) >= 3  # shown while written, then the final edit
-    assert times[0] - first_token <= 1.5
+    assert 0.9 <= times[0] - first_token < 3.0  # a second after the first token (loose: load)
     assert all(b - a >= 0.9 for a, b in itertools.pairwise(times))  # one a second
     assert telegram.sent[0].text != ANSWER  # the first update was a part of it
     assert daemon.stop() == 0
@@ -136,7 +136,7 @@ def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
     asked = time.monotonic()
     telegram.push("/stop")
     assert wait_until(lambda: "Stopped." in telegram.visible(42), timeout=10)
-    assert time.monotonic() - asked < 2.0
+    assert time.monotonic() - asked < 5.0  # not the 30 s the command would have taken
     # The preview said what ran; it is left saying the turn was stopped.
     assert wait_until(lambda: telegram.visible(42)[0] == "(stopped)", timeout=5)
     assert telegram.sent[0].text == "⏳ running `sleep 30`…"
@@ -179,6 +179,6 @@ def test_native_drafts_show_the_answer_as_it_is_written_then_it_is_sent_once(
     assert len(drafts) >= 2 and len({d.message_id for d in drafts}) == 1  # one draft, animated
     assert ANSWER.startswith(drafts[-1].text.removesuffix(" …"))
     [first_token] = llm.first_tokens
-    assert drafts[0].at - first_token <= 1.5
+    assert 0.9 <= drafts[0].at - first_token < 3.0  # as for edits
     assert all(b.at - a.at >= 0.9 for a, b in itertools.pairwise(drafts))
     assert daemon.stop() == 0

@@ -54,7 +54,7 @@ async def test_a_slow_answer_grows_in_one_message_that_ends_as_the_answer(
     assert await anyio.to_thread.run_sync(shown) == [ANSWER]
     times = await anyio.to_thread.run_sync(harness.update_times)  # type: ignore[attr-defined]
     assert len(times) >= 3  # shown while written, then the final edit
-    assert times[0] - asked[0] <= 1.5
+    assert 0.9 <= times[0] - asked[0] < 3.0  # a second after the first token (loose: load)
     assert all(b - a >= 0.9 for a, b in itertools.pairwise(times))  # one update a second
 
 
