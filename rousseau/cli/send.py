@@ -65,10 +65,10 @@ def send(args: argparse.Namespace) -> int:
 
 def _stored(path: str, transport: Transport, blobs: BlobStore) -> Attachment:
     """The file, checked against what the transport can send, in the blob store."""
-    import mimetypes
     from pathlib import Path
 
     from rousseau.agent import RousseauError
+    from rousseau.media import media_type_of
 
     limit = getattr(transport, "max_file_bytes", None)
     if not limit:
@@ -81,8 +81,7 @@ def _stored(path: str, transport: Transport, blobs: BlobStore) -> Attachment:
         data = file.read_bytes()
     except OSError as exc:
         raise RousseauError(f"cannot read {path}: {exc.strerror or exc}") from None
-    media_type = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
-    return blobs.put_sync(data, media_type=media_type, name=file.name)
+    return blobs.put_sync(data, media_type=media_type_of(name=file.name), name=file.name)
 
 
 async def _queue(

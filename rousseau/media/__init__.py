@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
+import mimetypes
 import os
 import re
 import unicodedata
@@ -45,6 +46,16 @@ MAX_NAME = 100
 """Characters of a sanitised file name at most (its extension kept)."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]+")
+
+
+def media_type_of(reported: str | None = None, *, name: str = "") -> str:
+    """A media type as kept: the one a platform reported, lowercased, its parameters dropped
+    (`audio/ogg; codecs=opus` is `audio/ogg`); else guessed from the file's `name`; else
+    application/octet-stream."""
+    found = (reported or "").split(";", 1)[0].strip().lower()
+    if not found and name:
+        found = mimetypes.guess_type(name)[0] or ""
+    return found or "application/octet-stream"
 
 
 class MediaRejected(Exception):
@@ -220,6 +231,7 @@ class Incoming:
 
     name: str
     media_type: str
+    """As the platform reports it (kept as media_type_of makes it)."""
     size: int | None
     """As the platform reports it (None if it does not); checked again once downloaded."""
     fetch: Callable[[], Awaitable[bytes]]
@@ -228,6 +240,9 @@ class Incoming:
     """A voice note (spoken to the bot), to be transcribed where that is set up."""
     duration: float | None = None
     """Seconds of audio, as the platform reports them."""
+
+    def __post_init__(self) -> None:
+        self.media_type = media_type_of(self.media_type)  # whatever form the platform used
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -4,14 +4,13 @@ approver first; the file goes out through the outbox with the answer, exactly on
 
 from __future__ import annotations
 
-import mimetypes
 import os
 from collections.abc import Mapping
 from io import FileIO
 from typing import Any, ClassVar
 
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.media import BlobStore
+from rousseau.media import BlobStore, media_type_of
 from rousseau.tools.base import WorkspaceTool, run_in_thread
 from rousseau.tools.fs import Workspace
 from rousseau.transports.base import outgoing_files
@@ -59,9 +58,8 @@ class SendFileTool(WorkspaceTool):
         data, shown = await run_in_thread(self._read, input["path"], limit)
         if data is None:
             return ToolOutput(content=shown, is_error=True)
-        media_type = mimetypes.guess_type(shown)[0] or "application/octet-stream"
         name = os.path.basename(shown)
-        attachment = await self.blobs.put(data, media_type=media_type, name=name)
+        attachment = await self.blobs.put(data, media_type=media_type_of(name=name), name=name)
         await outgoing.add(attachment, str(input.get("caption", "")))
         return ToolOutput(content=f"{shown} ({len(data):,} bytes) will be sent with your answer")
 

@@ -221,7 +221,7 @@ class DiscordTransport:
         files = [
             Incoming(
                 name=a.filename,
-                media_type=(a.content_type or "application/octet-stream").split(";")[0],
+                media_type=a.content_type or "",
                 size=a.size,
                 fetch=a.read,
                 voice=a.is_voice_message(),

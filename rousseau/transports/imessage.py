@@ -246,7 +246,7 @@ class IMessageTransport:
         return [
             Incoming(
                 name=str(a.get("transferName") or "attachment"),
-                media_type=str(a.get("mimeType") or "application/octet-stream"),
+                media_type=str(a.get("mimeType") or ""),
                 size=a.get("totalBytes") if isinstance(a.get("totalBytes"), int) else None,
                 fetch=functools.partial(self._download, str(a["guid"])),
                 voice=bool(message.get("isAudioMessage")),

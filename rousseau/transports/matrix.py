@@ -281,7 +281,7 @@ class MatrixTransport:
         duration = info.get("duration")
         return Incoming(
             name=str(content.get("filename") or event.body or "file"),
-            media_type=str(info.get("mimetype") or "application/octet-stream"),
+            media_type=str(info.get("mimetype") or ""),
             size=info.get("size") if isinstance(info.get("size"), int) else None,
             fetch=functools.partial(self._download, client, event.url),
             voice=VOICE in content,

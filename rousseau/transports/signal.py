@@ -24,7 +24,7 @@ from anyio.abc import Process, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rousseau.agent import TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake
+from rousseau.media import Incoming, MediaIntake, media_type_of
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
@@ -221,7 +221,7 @@ class SignalTransport:
     def _incoming(self, attachment: dict[str, Any]) -> Incoming:
         """A received attachment, read from the file signal-cli saved it in. Signal marks no
         voice notes in what signal-cli prints: any audio is taken as one."""
-        media_type = str(attachment.get("contentType") or "application/octet-stream")
+        media_type = media_type_of(attachment.get("contentType"))
         size = attachment.get("size")
         return Incoming(
             name=str(attachment.get("filename") or attachment["id"]),

@@ -18,7 +18,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake
+from rousseau.media import Incoming, MediaIntake, media_type_of
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
@@ -224,12 +224,12 @@ class SlackTransport:
         incoming = [
             Incoming(
                 name=str(f.get("name") or f.get("title") or "file"),
-                media_type=str(f.get("mimetype") or "application/octet-stream"),
+                media_type=str(f.get("mimetype") or ""),
                 size=int(f["size"]) if isinstance(f.get("size"), int) else None,
                 fetch=functools.partial(
                     self._download, str(f.get("url_private_download") or f.get("url_private"))
                 ),
-                voice=str(f.get("mimetype") or "").startswith("audio/"),  # a clip recorded in Slack
+                voice=media_type_of(f.get("mimetype")).startswith("audio/"),  # a clip made in Slack
                 duration=f["duration_ms"] / 1000 if isinstance(f.get("duration_ms"), int) else None,
             )
             for f in files

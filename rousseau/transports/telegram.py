@@ -438,8 +438,7 @@ def _files(message: Any) -> list[tuple[str, str, str, int | None]]:
         found.append((largest.file_id, f"photo_{n}.jpg", "image/jpeg", largest.file_size))
     if message.document is not None:
         d = message.document
-        media_type = d.mime_type or "application/octet-stream"
-        found.append((d.file_id, d.file_name or f"file_{n}", media_type, d.file_size))
+        found.append((d.file_id, d.file_name or f"file_{n}", d.mime_type or "", d.file_size))
     if message.voice is not None:
         v = message.voice
         found.append((v.file_id, f"voice_{n}.ogg", v.mime_type or "audio/ogg", v.file_size))

@@ -255,7 +255,7 @@ class WhatsAppTransport:
         return [
             Incoming(
                 name=name or f"{kind.removesuffix('Message')}.{_EXTENSIONS.get(kind, 'bin')}",
-                media_type=(media.mimetype or "application/octet-stream").split(";")[0],
+                media_type=media.mimetype,
                 size=int(media.fileLength) or None,
                 fetch=functools.partial(self._download, message),
                 voice=is_audio and bool(media.PTT),

@@ -74,6 +74,24 @@ async def test_a_file_of_a_type_not_taken_is_left_out_and_named(tmp_path: Path) 
     assert not list((tmp_path / "ws").rglob("*.svg"))
 
 
+async def test_a_type_with_parameters_is_the_type_taken_in(tmp_path: Path) -> None:
+    """Platforms report types in any form (`Text/Plain; charset=utf-8`, WhatsApp's
+    `audio/ogg; codecs=opus`): each is kept as its plain type, in one place for all."""
+    from rousseau.media import Incoming, MediaIntake, media_type_of
+
+    async def fetch() -> bytes:
+        return b"hello"
+
+    intake = MediaIntake(blobs=BlobStore(folder=tmp_path / "media"), workspace=tmp_path / "ws")
+    file = Incoming(name="a.txt", media_type="Text/Plain; charset=utf-8", size=5, fetch=fetch)
+    taken = await intake.take([file])
+    assert [a.media_type for a in taken.attachments] == ["text/plain"] and taken.notes == ()
+    assert media_type_of("audio/ogg; codecs=opus") == "audio/ogg"
+    assert media_type_of(None) == media_type_of("") == "application/octet-stream"
+    assert media_type_of(name="chart.png") == "image/png"
+    assert media_type_of("text/csv", name="chart.png") == "text/csv"  # the report comes first
+
+
 def test_what_is_within_the_limits_passes() -> None:
     MediaLimits().check([("r.jpg", "image/jpeg", 5_000_000), ("v.ogg", "audio/ogg", 1_000)])
 
