@@ -15,7 +15,7 @@ import traceback
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import aclosing, asynccontextmanager
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -32,8 +32,8 @@ from rousseau.agent import (
     Role,
     Session,
     StoreError,
+    StreamEvent,
     StreamEventKind,
-    Usage,
 )
 from rousseau.approvals import ChatApprovals
 from rousseau.backoff import backoff
@@ -435,25 +435,21 @@ class Router:
             return await self.agent.turn(session)
         settings = self.streaming.get(inbound.transport) or StreamSettings()
         progress = settings.shows_progress(inbound.is_group)
-        last: Response | None = None
-        usage = Usage()
+
+        def show(event: StreamEvent) -> None:
+            if event.kind is StreamEventKind.TEXT:
+                preview.write(event.text)
+            elif event.kind is StreamEventKind.TOOL_CALL and event.tool_use is not None:
+                if progress:
+                    preview.status(status_line(event.tool_use))
+            elif event.response is not None:
+                preview.next_step()
+
         token = _previewing.set(preview)  # for this turn only: an approval wait shows in it
         try:
-            async with aclosing(self.agent.turn_stream(session)) as events:
-                async for event in events:
-                    if event.kind is StreamEventKind.TEXT:
-                        preview.write(event.text)
-                    elif event.kind is StreamEventKind.TOOL_CALL and event.tool_use is not None:
-                        if progress:
-                            preview.status(status_line(event.tool_use))
-                    elif event.response is not None:
-                        last = event.response
-                        usage = usage + last.usage
-                        preview.next_step()
+            return await self.agent.turn(session, on_event=show)
         finally:
             _previewing.reset(token)
-        assert last is not None  # turn_stream yields a RESPONSE per iteration or raises
-        return Response(message=last.message, stop_reason=last.stop_reason, usage=usage)
 
     @asynccontextmanager
     async def slot_released(self) -> AsyncIterator[None]:

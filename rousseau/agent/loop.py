@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
@@ -101,12 +101,21 @@ class Agent:
         await self.append(session, Message.user(text))
         return await self.turn(session, unattended=unattended)
 
-    async def turn(self, session: Session, *, unattended: bool = False) -> Response:
-        """Run the loop until the model stops; return the last response, usage summed."""
+    async def turn(
+        self,
+        session: Session,
+        *,
+        unattended: bool = False,
+        on_event: Callable[[StreamEvent], None] | None = None,
+    ) -> Response:
+        """Run the loop until the model stops; return the last response, usage summed.
+        `on_event` sees each event of the turn's stream as it comes (see turn_stream)."""
         last: Response | None = None
         usage = Usage()
         async with aclosing(self.turn_stream(session, unattended=unattended)) as events:
             async for event in events:
+                if on_event is not None:
+                    on_event(event)
                 if event.response is not None:
                     last = event.response
                     usage = usage + last.usage

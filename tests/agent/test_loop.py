@@ -284,6 +284,23 @@ async def test_turn_stream_yields_deltas_then_tools_then_responses() -> None:
     assert kinds == [T, T, T, T, F, C, R, T, T, T, T, F]
 
 
+async def test_turn_shows_each_event_of_its_stream_and_returns_the_response() -> None:
+    provider = ScriptedProvider(
+        tools_reply([("echo", {"text": "hi"})], text="Let me check."), "All good here.", chunk=4
+    )
+    agent = Agent(provider, Registry([Echo()]), Options(approver=AllowAllApprover()))
+    seen: list[StreamEventKind] = []
+    response = await agent.turn(session(), on_event=lambda e: seen.append(e.kind))
+    T, C, R, F = (
+        StreamEventKind.TEXT,
+        StreamEventKind.TOOL_CALL,
+        StreamEventKind.TOOL_RESULT,
+        StreamEventKind.RESPONSE,
+    )
+    assert seen == [T, T, T, T, F, C, R, T, T, T, T, F]
+    assert response.message.text == "All good here."
+
+
 async def test_non_streaming_provider_and_usage_summed() -> None:
     replies = iter(
         [
