@@ -557,16 +557,7 @@ class Router:
             parts += self._parts(
                 inbound.transport, inbound.chat_id, notice, thread_id=inbound.thread_id
             )
-        parts += [
-            Outbound(
-                transport=inbound.transport,
-                chat_id=inbound.chat_id,
-                thread_id=inbound.thread_id,
-                text=caption,
-                attachment=attachment,
-            )
-            for attachment, caption in files
-        ]
+        parts += _file_parts(inbound.transport, inbound.chat_id, files, inbound.thread_id)
         await self.state.finish(inbound if finish else None, parts, error=error)
         if parts:
             self.wake(inbound.transport)
@@ -586,10 +577,7 @@ class Router:
         parts = self._parts(transport, chat_id, text)
         if parts and buttons:  # on the last part, under the whole text
             parts[-1] = dataclasses.replace(parts[-1], buttons=buttons)
-        parts += [
-            Outbound(transport=transport, chat_id=chat_id, text=caption, attachment=attachment)
-            for attachment, caption in files
-        ]
+        parts += _file_parts(transport, chat_id, files)
         await self.state.finish(None, parts)
         if parts:
             self.wake(transport)
@@ -671,6 +659,25 @@ def _user_text(inbound: Inbound) -> str:
     if inbound.is_group and inbound.sender_name and (inbound.text or inbound.attachments):
         return f"{inbound.sender_name}: {inbound.text}".rstrip()
     return inbound.text
+
+
+def _file_parts(
+    transport: str,
+    chat_id: str,
+    files: Sequence[tuple[Attachment, str]],
+    thread_id: str | None = None,
+) -> list[Outbound]:
+    """One part per file to send, its caption the part's text."""
+    return [
+        Outbound(
+            transport=transport,
+            chat_id=chat_id,
+            thread_id=thread_id,
+            text=caption,
+            attachment=attachment,
+        )
+        for attachment, caption in files
+    ]
 
 
 def _command(inbound: Inbound) -> str:
