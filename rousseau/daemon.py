@@ -53,12 +53,13 @@ CLOSE_TIMEOUT = 5.0
 """At shutdown, the longest any one close (a transport, the provider, the store) may take."""
 FIRST_SWEEP = 30.0
 BLOB_GRACE = 3600.0
+"""Seconds a stored file is kept before the sweep may delete it unused (a file stored for a
+message is recorded with it within moments)."""
 VOICE_HINT = (
     "(Voice notes are not turned into text here yet, so I only know one arrived: please type"
     " it, or ask the owner to set up media.transcription.)"
 )
-"""Seconds a stored file is kept before the sweep may delete it unused (a file stored for a
-message is recorded with it within moments)."""
+"""Said once in a chat whose voice note nobody could transcribe."""
 HEALTH_CONNECTIONS = 32
 """Health and metrics requests served at once; more are closed at once (each has 5 s)."""
 PUBLISH_EVERY = 2.0

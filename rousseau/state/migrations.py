@@ -290,7 +290,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         13,
         "outbox: a file to send, its text the caption",
-        ("ALTER TABLE outbox ADD COLUMN attachment TEXT",),  # a JSON object, or NULL
+        ("ALTER TABLE outbox ADD COLUMN attachment TEXT",),  # a JSON list of one, or NULL
     ),
     Migration(
         14,

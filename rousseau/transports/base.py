@@ -40,8 +40,8 @@ class Inbound:
     attachments: tuple[Attachment, ...] = ()
     """Files it carried, already stored (and copied to the workspace) by the adapter."""
     refusal: str = ""
-    """Set when its files were refused (too large, a type not taken in): the reply the
-    sender gets instead of an answer, with no model call."""
+    """Set when its files were refused (too large): the reply the sender gets instead of an
+    answer, with no model call. (A file of a type not taken in is named in the text.)"""
 
     @property
     def session_key(self) -> str:
