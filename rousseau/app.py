@@ -152,13 +152,14 @@ def blob_store(config: Config) -> BlobStore:
     return BlobStore(folder=config.state.media_folder())
 
 
-def media_intake(config: Config) -> MediaIntake:
-    """Where inbound files go: the blob store, the workspace's inbox/, the limits."""
+def media_intake(config: Config, *, transcribing: bool = True) -> MediaIntake:
+    """Where inbound files go: the blob store, the workspace's inbox/, the limits, and the
+    transcriber (unless not `transcribing`: a command that only sends files)."""
     from rousseau.media import MediaLimits
 
     t = config.media.transcription
     transcriber = None
-    if t is not None:
+    if t is not None and transcribing:
         from rousseau.media.transcribe import Transcriber
 
         key = t.api_key.get_secret_value() if t.api_key is not None else None

@@ -42,7 +42,7 @@ def send(args: argparse.Namespace) -> int:
     if getattr(config, name, None) is None:
         raise ConfigError(f"{name} is not configured: add its section first")
     transport = build_transports(config, only=name)[name]
-    media = media_intake(config)
+    media = media_intake(config, transcribing=False)  # it only sends
     bind_media = getattr(transport, "bind_media", None)
     if bind_media is not None:
         bind_media(media)
