@@ -492,7 +492,7 @@ class Router:
         await self.state.bind_session(inbound.session_key, session_id, owner=owner, chat=chat)
 
     def _trim_sessions(self) -> None:
-        held = sum(len(s.messages) for s in self._sessions.values())
+        held = sum([len(s.messages) for s in self._sessions.values()])
         while len(self._sessions) > 1 and (
             len(self._sessions) > self.session_cache or held > self.session_cache_messages
         ):

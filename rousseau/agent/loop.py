@@ -129,12 +129,7 @@ class Agent:
         if not session.messages:
             raise EmptySessionError()
         try:
-            repaired = repair_history(session.messages)
-            if repaired:
-                log.warning("agent.history_repaired", session=session.id, fixes=repaired)
-            compaction = await self.options.compressor.compress(session)
-            if compaction is not None and self.options.history is not None:
-                await self.options.history.compact(session.id, compaction)
+            await self._prepare(session)
             definitions = self.tools.definitions() if self.tools is not None else []
             limit = self.options.max_iterations or DEFAULT_MAX_ITERATIONS
             for _ in range(limit):
@@ -188,6 +183,18 @@ class Agent:
                 with anyio.CancelScope(shield=True):
                     await self.options.history.flush(session.id)
 
+    async def _prepare(self, session: Session) -> None:
+        """Make the history valid, then compress it if it grew too long."""
+        repaired = repair_history(session.messages, start=_unchecked(session))
+        session.checked = (len(session.messages), session.messages[-1])
+        if repaired:
+            log.warning("agent.history_repaired", session=session.id, fixes=repaired)
+        compaction = await self.options.compressor.compress(session)
+        if compaction is not None:
+            session.checked = None  # the next turn checks the new history whole
+            if self.options.history is not None:
+                await self.options.history.compact(session.id, compaction)
+
     async def _complete(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         provider = self.provider
         if isinstance(provider, StreamingProvider):
@@ -209,13 +216,18 @@ class Agent:
         source = self.options.media
         if source is None:
             return {}
-        found: dict[str, bytes] = {}
+        # Plain loops over the content blocks, before any await: the scan runs for every
+        # request, over the whole history, and most sessions have no attachment at all.
+        wanted: dict[str, None] = {}
         for message in messages:
-            for attachment in message.attachments:
-                if attachment.sha256 not in found:
-                    data = await source.read(attachment.sha256)
-                    if data is not None:
-                        found[attachment.sha256] = data
+            for content in message.content:
+                if content.attachment is not None:
+                    wanted[content.attachment.sha256] = None
+        found: dict[str, bytes] = {}
+        for sha256 in wanted:
+            data = await source.read(sha256)
+            if data is not None:
+                found[sha256] = data
         return found
 
     async def _system_prompt(self, session: Session) -> str:
@@ -243,6 +255,17 @@ class Agent:
             unattended=unattended,
             audit=self.options.audit,
         )
+
+
+def _unchecked(session: Session) -> int:
+    """Where repair_history must start: at the last message it checked, if the session still
+    begins with what it checked (a compaction or a reload starts it over)."""
+    if session.checked is None:
+        return 0
+    count, last = session.checked
+    if count <= len(session.messages) and session.messages[count - 1] is last:
+        return count - 1  # its answer (or the lack of one) may have come since
+    return 0
 
 
 async def run_tool(

@@ -12,10 +12,11 @@ from rousseau.agent.types import Content, Message, Role, ToolResult
 INTERRUPTED = "not run: the turn was interrupted before this call finished"
 
 
-def repair_history(messages: list[Message]) -> int:
-    """Close dangling tool calls and drop orphaned results, in place; return the fixes made."""
+def repair_history(messages: list[Message], *, start: int = 0) -> int:
+    """Close dangling tool calls and drop orphaned results, in place; return the fixes made.
+    Messages before `start` are taken as valid (checked before, and unchanged since)."""
     fixes = 0
-    i = 0
+    i = start
     while i < len(messages):
         message = messages[i]
         following = messages[i + 1] if i + 1 < len(messages) else None

@@ -217,6 +217,10 @@ class Session:
     messages: list[Message] = field(default_factory=list)
     cacheable_messages: int = 0
     """How many leading messages form a stable prefix (set by a compressor)."""
+    checked: tuple[int, Message] | None = field(default=None, repr=False, compare=False)
+    """Set by the agent loop: its first n messages, ending with this one, were made valid
+    by repair_history. While the session still begins with them, only what follows is
+    checked again: a turn costs the same in a long session as in a short one."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -86,3 +86,29 @@ async def test_repair_runs_once_per_turn_start() -> None:
     provider = ScriptedProvider("fine")
     await Agent(provider).turn(session)
     assert len(session.messages[2].tool_results) == 1
+
+
+async def test_a_turn_checks_only_what_came_since_the_last_one() -> None:
+    # Per-turn work must not grow with the session: a checked prefix is not looked at again.
+    history = [m for i in range(100) for m in (Message.user(f"q{i}"), Message.assistant("a"))]
+    session = Session(id="s", messages=history)
+    agent = Agent(ScriptedProvider("one", "two"))
+    await agent.turn(session)
+    # Planted in place, where nothing but a rescan would find it (nothing in rousseau
+    # rewrites a message it already holds); and a new dangling call at the end.
+    session.messages[2].content.append(results("old").content[0])
+    session.messages += [call("new"), Message.user("and now?")]
+    await agent.turn(session)
+    assert session.messages[2].tool_results[0].tool_use_id == "old"  # not rescanned
+    assert session.messages[-2].tool_results[0].tool_use_id == "new"  # the new call closed
+
+
+async def test_a_history_replaced_since_the_last_turn_is_checked_whole() -> None:
+    session = Session(id="s", messages=[Message.user("a")])
+    agent = Agent(ScriptedProvider("one", "two"))
+    await agent.turn(session)
+    # As a reload or a compaction does: a new list, an orphaned result near its start.
+    session.messages = [Message.user("a"), results("gone"), *session.messages[1:]]
+    session.messages.append(Message.user("b"))
+    await agent.turn(session)
+    assert not session.messages[1].tool_results
