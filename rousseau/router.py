@@ -157,8 +157,9 @@ class Router:
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._couriers: dict[str, Courier] = {}
         self._intake_failures: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self._running: dict[str, anyio.CancelScope] = {}
-        """The turn running in each session (what /stop cancels)."""
+        self._running: dict[str, tuple[Inbound, anyio.CancelScope]] = {}
+        """The turn running in each session, and the message it answers (what /stop
+        cancels)."""
         self._tg: TaskGroup | None = None
         self._closing = False
         self._idle = anyio.Event()
@@ -283,12 +284,24 @@ class Router:
         """`/stop`: cancel the session's running turn (the agent closes what it cut short,
         a running command is killed), and say so."""
         inbound = item.inbound
-        scope = self._running.get(inbound.session_key)
-        if scope is not None:
+        running = self._running.get(inbound.session_key)
+        # Else the sender's own turns in other threads of the chat: a new mail, or a new
+        # thread, is where /stop may come from when the turn runs in another.
+        scopes = (
+            [running[1]]
+            if running is not None
+            else [
+                scope
+                for asked, scope in self._running.values()
+                if (asked.transport, asked.chat_id, asked.sender_id)
+                == (inbound.transport, inbound.chat_id, inbound.sender_id)
+            ]
+        )
+        for scope in scopes:
             scope.cancel()
             log.info("router.turn_stopped", transport=inbound.transport, chat=inbound.chat_id)
         try:
-            await self._reply(inbound, STOPPED if scope is not None else NOTHING_TO_STOP)
+            await self._reply(inbound, STOPPED if scopes else NOTHING_TO_STOP)
         except Exception:  # still pending on disk: the next start answers it
             log.exception("router.record_failed", message=inbound.message_id)
 
@@ -396,7 +409,7 @@ class Router:
             try:
                 with anyio.fail_after(self.turn_timeout):
                     with anyio.CancelScope() as scope:
-                        self._running[inbound.session_key] = scope
+                        self._running[inbound.session_key] = (inbound, scope)
                         response = await self._stream(session, inbound, preview)
                     stopped = scope.cancelled_caught
             except Exception as exc:  # caught here, not wrapped in the task group's group

@@ -1,20 +1,24 @@
 """Replies streamed into the chats of the platforms whose adapters edit messages (Telegram,
 Slack and Discord on their fakes, Matrix on the real Synapse): the answer grows in one
-message, edited at most once a second, and ends as the model's answer exactly. The whole
-daemon's streaming (kill -9, 429, /stop) is in tests/test_streaming.py."""
+message, edited at most once a second, and ends as the model's answer exactly; an answer
+longer than a message ends split as a whole reply would be; /stop cuts a running bash call.
+The whole daemon's streaming (kill -9, a Telegram 429) is in tests/test_streaming.py."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 from rousseau.agent import Request, Response
-from rousseau.agent.testing import ScriptedProvider, text_reply
-from rousseau.config import load_config
+from rousseau.agent.testing import ScriptedProvider, text_reply, tool_reply
+from rousseau.config import Config, load_config
+from rousseau.transports.split import split_message
 from tests.helpers import serving
 from tests.transports.conformance import Harness
 from tests.transports.test_conformance import act
@@ -83,3 +87,69 @@ async def test_a_slack_429_on_an_update_waits_as_told_and_loses_nothing(tmp_path
     assert harness.fake.rate_limit_updates == 0  # the 429 was given
     times = harness.update_times()
     assert max(b - a for a, b in itertools.pairwise(times)) >= 2.0  # and obeyed
+
+
+def _config(tmp_path: Path, **agent: object) -> Config:
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps({"agent": {"workspace": str(tmp_path / "ws"), **agent}}))
+    path.chmod(0o600)
+    return load_config(path, {"HOME": str(tmp_path), "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db")})
+
+
+async def test_an_answer_longer_than_a_message_ends_split_with_nothing_lost(
+    harness: Harness, tmp_path: Path
+) -> None:
+    if not hasattr(harness, "shown"):
+        pytest.skip(f"{harness.name}: its adapter sends replies whole (no message edits)")
+    words = itertools.count()
+    answer = ""
+    while harness.measure(answer) < harness.limit * 5 // 2:
+        answer += f"word{next(words)} "
+    answer = answer.strip()
+    provider = ScriptedProvider(answer, chunk=len(answer) // 30 + 1, pace=0.12)
+    shown = harness.shown  # type: ignore[attr-defined]
+    expected = split_message(answer, harness.limit, harness.measure)
+    assert len(expected) == 3
+    async with serving(harness.transport(), _config(tmp_path), provider, [harness.owner]):
+        await act(harness.dm, "tell me a very long story")
+        with anyio.fail_after(40):
+            while await anyio.to_thread.run_sync(shown) != expected:
+                await anyio.sleep(0.2)
+        await anyio.sleep(0.5)
+    assert await anyio.to_thread.run_sync(shown) == expected  # and nothing after
+
+
+async def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
+    harness: Harness, tmp_path: Path
+) -> None:
+    provider = ScriptedProvider(tool_reply("bash", command="sleep 30"), "hello to you")
+    config = _config(tmp_path, approver={"allow": [{"tool": "bash"}]})
+
+    def texts() -> list[str]:
+        return [d.text for d in harness.delivered() if d.chat == harness.dm_chat]
+
+    async def until(seen: Callable[[list[str]], bool]) -> None:
+        with anyio.fail_after(20):
+            while not seen(await anyio.to_thread.run_sync(texts)):
+                await anyio.sleep(0.1)
+
+    async with serving(harness.transport(), config, provider, [harness.owner]):
+        await act(harness.dm, "please sleep")
+        with anyio.fail_after(20):
+            while not provider.requests:
+                await anyio.sleep(0.1)
+        await anyio.sleep(1.5)  # bash is sleeping
+        asked = time.monotonic()
+        await act(harness.dm, "/stop")
+        await until(lambda t: "Stopped." in t)
+        assert time.monotonic() - asked < 5.0  # not the 30 s the command would take
+        await act(harness.dm, "hello again")
+        await until(lambda t: t[-1:] == ["hello to you"])
+    if hasattr(harness, "shown"):  # the preview said what ran, and is left saying so
+        assert (await anyio.to_thread.run_sync(harness.shown))[0] == "(stopped)"
+        assert texts()[0] == "⏳ running `sleep 30`…"
+    history = provider.requests[-1].messages
+    assert history[-1].text == "hello again"
+    calls = [u.id for m in history for u in m.tool_uses]
+    assert [r.tool_use_id for m in history for r in m.tool_results] == calls  # closed
+    assert len(calls) == 1 or harness.name == "email"  # a new mail is a new conversation
