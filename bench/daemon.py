@@ -10,7 +10,9 @@ project's fake Bot API and answered by its fake OpenAI-compatible model, both se
 - closed loop on a zero-latency model: 20 chats each sending its next message as soon as
   its last is answered, 25 each: messages/s, whether all 500 were answered exactly once,
   and the daemon's CPU (user + system, from /proc) per message;
-- RSS after all that.
+- RSS after all that;
+- then, the daemon stopped, the two SDKs on its path alone (bench/libraries.py): their CPU per
+  message and what importing them costs, and the daemon's CPU per message less theirs.
 
 The config is a fresh one but for a per-sender rate limit loose enough for the load.
 `--json PATH` also writes the figures, to compare a run with an earlier one.
@@ -40,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import libraries  # noqa: E402
 from tests.fakes.llm import (  # noqa: E402
     FakeLLMServer,
     JSONReply,
@@ -405,22 +408,65 @@ def report(figures: list[Figure], json_path: Path | None) -> None:
         )
 
 
+def alone(telegram: FakeTelegram, llm: FakeLLMServer, daemon_cpu_ms: float) -> list[Figure]:
+    """The two SDKs on the daemon's path measured alone (bench/libraries.py), and what is left
+    of the daemon's CPU per message for everything else: rousseau, asyncio, logging."""
+    sdk = libraries.measure(telegram, llm.url)
+    ptb, openai, both = sdk["python-telegram-bot"], sdk["openai"], sdk["both"]
+    return [
+        Figure(
+            key="ptb_cpu_ms_per_msg",
+            label="python-telegram-bot alone: CPU per message",
+            value=ptb["cpu_ms_per_msg"],
+            unit="ms",
+        ),
+        Figure(
+            key="openai_cpu_ms_per_msg",
+            label="openai SDK alone: CPU per streamed reply",
+            value=openai["cpu_ms_per_msg"],
+            unit="ms",
+        ),
+        Figure(
+            key="rest_cpu_ms_per_msg",
+            label="daemon CPU per message less the two",
+            value=daemon_cpu_ms - ptb["cpu_ms_per_msg"] - openai["cpu_ms_per_msg"],
+            unit="ms",
+        ),
+        Figure(
+            key="ptb_import_s",
+            label="python-telegram-bot + aiohttp: import alone",
+            value=ptb["import_s"],
+            unit="s",
+        ),
+        Figure(
+            key="sdks_import_mib",
+            label="both SDKs imported alone: RSS added",
+            value=both["import_mib"],
+            unit="MiB",
+        ),
+    ]
+
+
 def run(json_path: Path | None) -> int:
     telegram = FakeTelegram().start()
     llm = FakeLLMServer().start()
     model = Model()
     llm.responder = model
-    with tempfile.TemporaryDirectory(prefix="rousseau-bench-") as tmp:
-        daemon = Daemon(Path(tmp), telegram, llm)
-        try:
-            figures = measure(telegram, model, daemon)
-        except (DaemonDied, TimeoutError) as exc:
-            print(f"{exc}; the end of its log:\n{daemon.tail()}", file=sys.stderr)
-            return 1
-        finally:
-            daemon.stop()
-            telegram.stop()
-            llm.stop()
+    try:
+        with tempfile.TemporaryDirectory(prefix="rousseau-bench-") as tmp:
+            daemon = Daemon(Path(tmp), telegram, llm)
+            try:
+                figures = measure(telegram, model, daemon)
+            except (DaemonDied, TimeoutError) as exc:
+                print(f"{exc}; the end of its log:\n{daemon.tail()}", file=sys.stderr)
+                return 1
+            finally:
+                daemon.stop()
+        cpu = next(f.value for f in figures if f.key == "cpu_ms_per_msg")
+        figures += alone(telegram, llm, float(cpu))
+    finally:
+        telegram.stop()
+        llm.stop()
     report(figures, json_path)
     return 0
 
