@@ -123,7 +123,11 @@ def test_kill_9_under_load_answers_every_message_once_in_order(
         for t in doubled
     )
     if got != expected() or not explained:
-        pytest.fail(f"{report}\nkills at {kills}\ndaemon log events: {events}")
+        errors = [e for e in daemon.events() if e.get("level") in ("error", "critical")]
+        pytest.fail(
+            f"{report}\nkills at {kills}\ndaemon log events: {events}"
+            f"\nits first errors: {errors[:5]}"
+        )
     assert exit_code == 0
 
 
