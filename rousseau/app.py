@@ -24,11 +24,12 @@ from rousseau.agent import (
     default_rules,
 )
 from rousseau.agent.approval import AskFn
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.approvals import SPLITTERS
 from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.media import BlobStore, MediaIntake
 from rousseau.state import Store
-from rousseau.tools import Registry, Sandbox, builtin_registry
+from rousseau.tools import Registry, Sandbox, Subset, builtin_registry
 from rousseau.tools.hardening import make_undumpable
 
 log = structlog.get_logger("rousseau.app")
@@ -124,7 +125,10 @@ def build_agent(
     ask: AskFn | None = None,
     registry: Registry | None = None,
     approver: Approver | None = None,
+    name: str = DEFAULT_AGENT,
 ) -> Agent:
+    """The agent `config.agent` describes (see Config.for_agent for one of `agents:`),
+    called `name`: its recall searches only its own sessions."""
     from rousseau.skills import Skills
     from rousseau.state.recall import SQLiteRecall
 
@@ -138,13 +142,15 @@ def build_agent(
         audit=store,
         skills=Skills(config.agent.skills_dir),
         recall=(
-            SQLiteRecall(store, recall.top_k, recall.scope)
+            SQLiteRecall(store, recall.top_k, recall.scope, agent=name)
             if store is not None and recall.enabled
             else None
         ),
         media=blob_store(config) if store is not None else None,
     )
-    return Agent(provider, registry if registry is not None else build_registry(config), options)
+    registry = registry if registry is not None else build_registry(config)
+    allowed = config.agent.tools
+    return Agent(provider, registry if allowed is None else Subset(registry, allowed), options)
 
 
 def blob_store(config: Config) -> BlobStore:

@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from rousseau.agent.errors import ConfigError
+from rousseau.agents import DEFAULT_AGENT
 
 DEFAULT_PATH = "~/.config/rousseau/config.yaml"
 DEFAULT_SYSTEM_PROMPT = (
@@ -320,6 +321,30 @@ class AgentConfig(Section):
     """The tool-call policy; unset, read and grep run and everything else is refused."""
     recall: RecallConfig = Field(default_factory=RecallConfig)
     """Snippets from earlier sessions added to the prompt."""
+    provider: ProviderName | None = None
+    """In `agents:`, this agent's model backend; unset: the top-level provider."""
+    model: str | None = None
+    """In `agents:`, the model this agent asks its provider for; unset: the provider's own
+    model setting."""
+    tools: list[str] | None = None
+    """The tools this agent has, by name or glob (e.g. [read, grep, "github__*"]); unset:
+    all of them."""
+    max_concurrent_turns: int | None = Field(default=None, ge=1)
+    """This agent's turns running at once, within the daemon's max_concurrent_turns; unset:
+    no limit of its own."""
+
+
+class RouteConfig(Section):
+    agent: str
+    """The agent that answers what this route matches."""
+    transport: str = "*"
+    """The transport, by name (telegram, slack...); a glob pattern."""
+    chat: str = "*"
+    """The chat (or group, channel, room) id as the platform gives it; a glob pattern."""
+    sender: str = "*"
+    """The sender id as the platform gives it; a glob pattern."""
+    thread: str = "*"
+    """The thread id, where the platform has threads; a glob pattern."""
 
 
 # -- daemon ---------------------------------------------------------------------------------
@@ -476,6 +501,9 @@ class TransportConfig(Section):
     progress: Literal["off", "tools"] | None = None
     """While tools run, the streamed message says what they do (`tools`); unset: in direct
     chats but not in groups."""
+    agent: str | None = None
+    """The agent (of `agents:`) answering this transport's chats that no route names;
+    unset: `default_agent`."""
 
 
 class TelegramConfig(TransportConfig):
@@ -611,6 +639,9 @@ class SMSConfig(TransportConfig):
     """Inbound SMS from Twilio; unset, the transport only sends."""
 
 
+AGENT_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+
+
 class Config(Section):
     """The whole configuration; every key optional."""
 
@@ -637,7 +668,17 @@ class Config(Section):
     state: StateConfig = Field(default_factory=StateConfig)
     """Where sessions and other state are kept."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
-    """The agent: its prompt, tools, sandbox and approval policy."""
+    """The agent: its prompt, tools, sandbox and approval policy. With `agents:`, the agent
+    named `default`, and what the others inherit."""
+    agents: dict[Annotated[str, StringConstraints(pattern=AGENT_NAME)], AgentConfig] = Field(
+        default_factory=dict
+    )
+    """More agents, by name, each with keys of `agent:`; a key an agent leaves unset is the
+    one `agent:` has (see the "Agents and routing" page)."""
+    routes: list[RouteConfig] = Field(default_factory=list)
+    """Which agent answers which chats: the first route whose patterns all match decides."""
+    default_agent: str = DEFAULT_AGENT
+    """The agent answering chats no route and no transport's `agent` names."""
     shutdown_grace: Duration = 30.0
     """On SIGTERM, how long in-flight turns get to finish."""
     max_concurrent_turns: int = Field(default=64, ge=1)
@@ -684,6 +725,52 @@ class Config(Section):
         """Keys written for rousseau-agent (Go) that were accepted, each with what rousseau
         does instead; `log_notices` reports them once logging is set up."""
         return self._notices
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agents_inherit(cls, data: Any) -> Any:
+        """Each of `agents:` starts from `agent:`; its own keys replace those."""
+        if isinstance(data, dict) and isinstance(data.get("agents"), dict):
+            base = data.get("agent") or {}
+            if isinstance(base, dict):
+                agents = {
+                    name: {**base, **agent} if isinstance(agent, dict) else agent
+                    for name, agent in data["agents"].items()
+                }
+                data = {**data, "agents": agents}
+        return data
+
+    @model_validator(mode="after")
+    def _agents_named_exist(self) -> Config:
+        known = {DEFAULT_AGENT, *self.agents}
+        named = [("default_agent", self.default_agent)]
+        named += [(f"routes[{i}].agent", r.agent) for i, r in enumerate(self.routes)]
+        named += [
+            (f"{name}.agent", section.agent)
+            for name in type(self).model_fields
+            if isinstance(section := getattr(self, name), TransportConfig)
+            and section.agent is not None
+        ]
+        for key, name in named:
+            if name not in known:
+                raise ValueError(
+                    f"{key}: no agent named {name!r} (there are: {', '.join(sorted(known))})"
+                )
+        return self
+
+    def for_agent(self, name: str) -> Config:
+        """The configuration as agent `name` runs with it: its section as `agent:`, its
+        provider and model in place of the top-level ones."""
+        if name == DEFAULT_AGENT and name not in self.agents:
+            return self
+        agent = self.agents[name]
+        update: dict[str, Any] = {"agent": agent}
+        provider = agent.provider or self.provider
+        if agent.provider is not None:
+            update["provider"] = agent.provider
+        if agent.model is not None and provider is not None:
+            update[provider] = getattr(self, provider).model_copy(update={"model": agent.model})
+        return self.model_copy(update=update)
 
     def secrets(self) -> list[str]:
         """Every secret value set anywhere, for scrubbing tool environments and logs."""

@@ -24,7 +24,9 @@ import structlog
 from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
-from rousseau.agent import ConfigError, Provider, TransportAuthError
+from rousseau.agent import Agent, ConfigError, Provider, TransportAuthError
+from rousseau.agent.approval import AskFn
+from rousseau.agents import DEFAULT_AGENT, Routes
 from rousseau.app import build_agent, build_approver, build_registry, media_intake
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.backoff import backoff
@@ -42,6 +44,7 @@ from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
 from rousseau.state.lock import DaemonLock
 from rousseau.streaming import StreamSettings
+from rousseau.tools import Registry
 from rousseau.tools.fs import Workspace
 from rousseau.transports import build_transports
 from rousseau.transports.base import Transport
@@ -105,6 +108,8 @@ class Daemon:
         self.transports = transports if transports is not None else build_transports(config, only)
         self.chat_policies = {**configured_policies(config), **(chat_policies or {})}
         self._media = media_intake(config)
+        self._providers: list[Provider] = []
+        """The providers of agents that name their own, to close with the default one."""
         """Where the transports put inbound files (its admission check is set with the
         router), and where send_file and the sweep find the blob store."""
         self.metrics = Metrics()
@@ -170,7 +175,7 @@ class Daemon:
                     reason=why,
                     transports=sorted(self.transports),
                 )
-                router = self._router(provider, store)
+                router = self._router(provider, name, store)
                 if self.provider is not None:
                     started()
                 async with mcp_tools(config.mcp_servers, self._registry):
@@ -194,20 +199,19 @@ class Daemon:
         async with anyio.create_task_group() as tg:
             for name, transport in self.transports.items():
                 tg.start_soon(close, name, transport.aclose)
-            closer = getattr(provider, "aclose", None)
-            if closer is not None:
-                tg.start_soon(close, "provider", closer)
+            for each in (provider, *self._providers):
+                closer = getattr(each, "aclose", None)
+                if closer is not None:
+                    tg.start_soon(close, "provider", closer)
             transcriber = getattr(self._media.transcriber, "aclose", None)
             if transcriber is not None:
                 tg.start_soon(close, "transcriber", transcriber)
         await anyio.to_thread.run_sync(functools.partial(store.close, timeout=CLOSE_TIMEOUT))
 
-    def _router(self, provider: Provider, store: Store) -> Router:
-        config = self.config
-        rl = config.ratelimit
-        registry = self._registry = build_registry(config)
-        self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
-        registry.register(self._cron_tool)
+    def _tools(self, config: Config) -> Registry:
+        """The built-in tools in the workspace of `config.agent`, and send_file where a
+        transport can send files."""
+        registry = build_registry(config)
         file_limits = {
             name: int(limit)
             for name, transport in self.transports.items()
@@ -216,6 +220,42 @@ class Daemon:
         if file_limits:  # a transport that can send files: the model may attach some
             workspace = Workspace(Path(config.agent.workspace).expanduser())
             registry.register(SendFileTool(workspace, self._media.blobs, file_limits))
+        return registry
+
+    def _agents(
+        self, provider: Provider, provider_name: str, store: Store, ask: AskFn | None
+    ) -> dict[str, Agent]:
+        """The agents of `agents:` but the default, each with its own workspace, tools,
+        recall and (where it names another provider or model) provider."""
+        agents = {}
+        for name, section in self.config.agents.items():
+            if name == DEFAULT_AGENT:
+                continue
+            config = self.config.for_agent(name)
+            own = provider
+            if section.provider is not None or section.model is not None:
+                chosen = section.provider or provider_name
+                if section.model is not None:  # the provider's model, for this agent
+                    model = {"model": section.model}
+                    config = config.model_copy(
+                        update={chosen: getattr(config, chosen).model_copy(update=model)}
+                    )
+                own = LazyProvider(
+                    chosen, functools.partial(build_provider, config, chosen, store=store)
+                )
+                self._providers.append(own)
+            # No cron tool: a job runs on the default agent, so scheduling is its alone.
+            agents[name] = build_agent(
+                config, own, store, registry=self._tools(config), ask=ask, name=name
+            )
+        return agents
+
+    def _router(self, provider: Provider, provider_name: str, store: Store) -> Router:
+        config = self.config.for_agent(DEFAULT_AGENT)
+        rl = config.ratelimit
+        registry = self._registry = self._tools(config)
+        self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
+        registry.register(self._cron_tool)
         ac = config.agent.approver
         approvals = (
             ChatApprovals(owners=ac.owners, timeout=ac.approval_timeout) if ac is not None else None
@@ -223,6 +263,22 @@ class Daemon:
         ask = approvals.ask if approvals is not None else None
         router = Router(
             agent=build_agent(config, provider, store, registry=registry, ask=ask),
+            agents=self._agents(provider, provider_name, store, ask),
+            routes=Routes(
+                routes=config.routes,
+                by_transport={
+                    name: section.agent
+                    for name in self.transports
+                    if (section := getattr(config, name, None)) is not None
+                    and section.agent is not None
+                },
+                default=config.default_agent,
+            ),
+            agent_turns={
+                name: section.max_concurrent_turns
+                for name, section in {DEFAULT_AGENT: config.agent, **config.agents}.items()
+                if section.max_concurrent_turns is not None
+            },
             approvals=approvals,
             store=store,
             transports=self.transports,

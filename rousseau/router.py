@@ -7,6 +7,7 @@ acknowledged, and its reply is queued in the same transaction that marks it done
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import secrets
@@ -17,7 +18,7 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 import structlog
@@ -35,6 +36,7 @@ from rousseau.agent import (
     StreamEvent,
     StreamEventKind,
 )
+from rousseau.agents import Routes
 from rousseau.approvals import ChatApprovals
 from rousseau.backoff import backoff
 from rousseau.delivery import Courier
@@ -96,7 +98,8 @@ MAX_ATTEMPTS = 3
 """Tries of one message that keeps failing (not for want of disk) before it is given up."""
 RETRY_CAP = 30.0
 
-_in_slot: ContextVar[bool] = ContextVar("in_turn_slot", default=False)
+_in_slot: ContextVar[tuple[anyio.CapacityLimiter, ...]] = ContextVar("in_turn_slot", default=())
+"""The turn slots this task holds: its agent's (if it has a limit), then the daemon's."""
 _previewing: ContextVar[Preview | None] = ContextVar("previewing", default=None)
 
 
@@ -117,6 +120,7 @@ class _Item:
 @dataclass(kw_only=True)
 class Router:
     agent: Agent
+    """The default agent (the only one unless `agents:` is configured)."""
     store: Store
     transports: dict[str, Transport]
     policies: dict[str, ChatPolicy]
@@ -137,6 +141,13 @@ class Router:
     new_session_id: Callable[[], str] = field(default=lambda: secrets.token_hex(6))
     streaming: dict[str, StreamSettings] = field(default_factory=dict)
     """Per transport: whether replies stream into the chat, and with what progress."""
+    agents: dict[str, Agent] = field(default_factory=dict)
+    """The other named agents, which `routes` may choose."""
+    routes: Routes = field(default_factory=Routes)
+    """Which agent answers each message (the default agent when none is named)."""
+    agent_turns: dict[str, int] = field(default_factory=dict)
+    """Agents whose turns running at once have a limit of their own (within
+    max_concurrent_turns), so a busy group cannot take every slot from a private chat."""
     voice_hint: str = ""
     """Said once in each chat that sends audio nobody transcribes (no speech-to-text is set
     up), after the answer; empty where voice notes are transcribed."""
@@ -153,6 +164,9 @@ class Router:
         if self.approvals is not None:
             self.approvals.waiting = self.slot_released
         self._limiter = anyio.CapacityLimiter(self.max_concurrent_turns)
+        self._agent_limiters = {
+            name: anyio.CapacityLimiter(turns) for name, turns in self.agent_turns.items()
+        }
         self._queues: dict[str, deque[_Item]] = {}
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._couriers: dict[str, Courier] = {}
@@ -214,6 +228,9 @@ class Router:
 
     def _dispatch(self, item: _Item) -> None:
         assert self._tg is not None, "the router is not running"
+        agent = self.routes.agent_of(item.inbound)
+        if agent != item.inbound.agent:
+            item = replace(item, inbound=replace(item.inbound, agent=agent))
         key = item.inbound.session_key
         if _command(item.inbound) == "/stop":  # not behind the turn it stops
             self._tg.start_soon(self._stop_turn, item)
@@ -233,12 +250,8 @@ class Router:
             while queue:
                 item = queue[0]
                 try:
-                    async with self._limiter:
-                        token = _in_slot.set(True)
-                        try:
-                            await self._process(item)
-                        finally:
-                            _in_slot.reset(token)
+                    async with self._turn_slot(item.inbound.agent):
+                        await self._process(item)
                 except Exception as exc:
                     if await self._failed(key, item, exc):
                         continue  # try the same message again, still first in line
@@ -308,7 +321,10 @@ class Router:
     async def _process(self, item: _Item) -> None:
         inbound = item.inbound
         with structlog.contextvars.bound_contextvars(
-            transport=inbound.transport, chat=inbound.chat_id, message=inbound.message_id
+            transport=inbound.transport,
+            chat=inbound.chat_id,
+            message=inbound.message_id,
+            agent=inbound.agent,
         ):
             command = _command(inbound)
             if command in ("/new", "/reset"):
@@ -369,11 +385,14 @@ class Router:
         told = await TransportState(self.store, inbound.transport).get(_HINTED + inbound.chat_id)
         return "" if told else self.voice_hint
 
+    def _agent(self, inbound: Inbound) -> Agent:
+        return self.agents.get(inbound.agent, self.agent)
+
     async def _append_user(self, session: Session, inbound: Inbound) -> None:
         text = _user_text(inbound)
         content = [Content.of_text(text)] if text or not inbound.attachments else []
         content += [Content.of_attachment(a) for a in inbound.attachments]
-        await self.agent.append(session, Message(role=Role.USER, content=content))
+        await self._agent(inbound).append(session, Message(role=Role.USER, content=content))
         await self.state.mark_appended(inbound, session.id)
 
     def _preview(self, inbound: Inbound, shown: list[str]) -> Preview | None:
@@ -444,8 +463,9 @@ class Router:
         self, session: Session, inbound: Inbound, preview: Preview | None
     ) -> Response:
         """Run the turn; with a preview, show the answer (or what a tool does) as it comes."""
+        agent = self._agent(inbound)
         if preview is None:
-            return await self.agent.turn(session)
+            return await agent.turn(session)
         settings = self.streaming.get(inbound.transport) or StreamSettings()
         progress = settings.shows_progress(inbound.is_group)
 
@@ -460,9 +480,23 @@ class Router:
 
         token = _previewing.set(preview)  # for this turn only: an approval wait shows in it
         try:
-            return await self.agent.turn(session, on_event=show)
+            return await agent.turn(session, on_event=show)
         finally:
             _previewing.reset(token)
+
+    @asynccontextmanager
+    async def _turn_slot(self, agent: str) -> AsyncIterator[None]:
+        """A turn's slot: its agent's own (where the agent has a limit), then the daemon's."""
+        own = self._agent_limiters.get(agent)
+        held = (self._limiter,) if own is None else (own, self._limiter)
+        async with contextlib.AsyncExitStack() as stack:
+            for limiter in held:
+                await stack.enter_async_context(limiter)
+            token = _in_slot.set(held)
+            try:
+                yield
+            finally:
+                _in_slot.reset(token)
 
     @asynccontextmanager
     async def slot_released(self) -> AsyncIterator[None]:
@@ -471,15 +505,15 @@ class Router:
         preview = _previewing.get()
         if preview is not None:
             preview.status(WAITING)
-        if not _in_slot.get():
-            yield
-            return
-        self._limiter.release()
+        held = _in_slot.get()
+        for limiter in reversed(held):
+            limiter.release()
         try:
             yield
         finally:
             with anyio.CancelScope(shield=True):
-                await self._limiter.acquire()
+                for limiter in held:
+                    await limiter.acquire()
 
     async def _session(self, inbound: Inbound) -> Session:
         key = inbound.session_key
@@ -502,7 +536,9 @@ class Router:
         # session belongs to the group, so nobody's private memory surfaces there.
         chat = f"{inbound.transport}:{inbound.chat_id}"
         owner = chat if inbound.is_group else f"{inbound.transport}:{inbound.sender_id}"
-        await self.state.bind_session(inbound.session_key, session_id, owner=owner, chat=chat)
+        await self.state.bind_session(
+            inbound.session_key, session_id, owner=owner, chat=chat, agent=inbound.agent
+        )
 
     def _trim_sessions(self) -> None:
         held = sum([len(s.messages) for s in self._sessions.values()])

@@ -148,3 +148,31 @@ def test_a_rejected_token_and_an_unreachable_server_name_the_key(tmp_path: Path)
     fails = "\n".join(lines(done, "FAIL"))
     assert "telegram.token" in fails
     assert "matrix" in fails and "127.0.0.1" in fails
+
+
+def test_the_routing_table_is_checked(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    path = config(
+        tmp_path,
+        telegram={"token": TOKEN, "base_url": url, "allowlist": [42]},
+        agents={
+            "family": {"workspace": str(tmp_path / "ws" / "family"), "tools": ["read", "bsh"]},
+            "work": {"workspace": str(tmp_path / "work")},
+        },
+        routes=[
+            {"transport": "slack", "agent": "work"},
+            {"transport": "telegram", "agent": "family"},
+            {"transport": "telegram", "chat": "-100", "agent": "work"},
+        ],
+    )
+    done = doctor(path)
+    fails = lines(done, "FAIL")
+    assert done.returncode == 1
+    assert [f for f in fails if "routes[" in f] == [
+        "FAIL  routes     routes[0] can never match: no transport slack",
+        "FAIL  routes     routes[2] can never match: routes[1] takes it all",
+    ]
+    [overlap] = [f for f in fails if "overlap" in f]
+    assert "agents default and family overlap in their workspaces" in overlap
+    [tool] = [f for f in fails if "no such tool" in f]
+    assert "agent family: tools names 'bsh', no such tool" in tool

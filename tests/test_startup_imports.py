@@ -20,7 +20,8 @@ print(json.dumps(sorted(sys.modules)))
 OURS = {
     "rousseau", "rousseau.agent", "rousseau.agent.approval", "rousseau.agent.compress",
     "rousseau.agent.errors", "rousseau.agent.loop", "rousseau.agent.protocols",
-    "rousseau.agent.repair", "rousseau.agent.types", "rousseau.app", "rousseau.approvals",
+    "rousseau.agent.repair", "rousseau.agent.types", "rousseau.agents", "rousseau.app",
+    "rousseau.approvals",
     "rousseau.backoff", "rousseau.config", "rousseau.config_go", "rousseau.cron",
     "rousseau.cron.jobs", "rousseau.cron.schedule", "rousseau.cron.scheduler",
     "rousseau.cron.targets", "rousseau.cron.tool", "rousseau.daemon", "rousseau.delivery",

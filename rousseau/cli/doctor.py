@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import re
 import socket
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.cli.common import close_provider, load
 
 if TYPE_CHECKING:
@@ -71,6 +73,7 @@ def doctor(args: argparse.Namespace) -> int:
     _doctor_sandbox(config, report)
     _doctor_bash(config, report)
     _doctor_access(config, report)
+    _doctor_agents(config, report)
     _doctor_provider(config, report)
     _doctor_transports(config, report)
     return 1 if report.failed else 0
@@ -191,6 +194,44 @@ def _doctor_access(config: Config, report: Report) -> None:
         if wrong:
             shown = ", ".join(repr(w) for w in wrong[:3])
             report(False, name, f"{name}.allowlist: {shown} cannot match: an id is {example}")
+
+
+KNOWN_TOOLS = frozenset({"read", "write", "edit", "grep", "bash", "cron", "send_file"})
+"""The tools an agent's `tools` may name, besides MCP servers' (SERVER__TOOL)."""
+
+
+def _doctor_agents(config: Config, report: Report) -> None:
+    """The routing table: routes that can never match, agents sharing a workspace, tools
+    that do not exist (unknown agent names are configuration errors already)."""
+    from rousseau.transports import TRANSPORTS
+
+    configured = [name for name in TRANSPORTS if getattr(config, name, None) is not None]
+    fields = ("transport", "chat", "sender", "thread")
+    for i, route in enumerate(config.routes):
+        if not any(fnmatchcase(name, route.transport) for name in configured):
+            report(False, "routes", f"routes[{i}] can never match: no transport {route.transport}")
+            continue
+        for j, earlier in enumerate(config.routes[:i]):
+            if all(getattr(earlier, f) in ("*", getattr(route, f)) for f in fields):
+                report(False, "routes", f"routes[{i}] can never match: routes[{j}] takes it all")
+                break
+    agents = {name: config.for_agent(name).agent for name in (DEFAULT_AGENT, *config.agents)}
+    places = {name: Path(a.workspace).expanduser().resolve() for name, a in agents.items()}
+    names = sorted(places)
+    for i, one in enumerate(names):
+        for other in names[i + 1 :]:
+            a, b = places[one], places[other]
+            if a == b or a.is_relative_to(b) or b.is_relative_to(a):
+                report(
+                    False,
+                    "agents",
+                    f"agents {one} and {other} overlap in their workspaces ({a}, {b}):"
+                    " each one's tools could reach the other's files",
+                )
+    for name, agent in agents.items():
+        for tool in agent.tools or ():
+            if "__" not in tool and not any(fnmatchcase(t, tool) for t in KNOWN_TOOLS):
+                report(False, "agents", f"agent {name}: tools names {tool!r}, no such tool")
 
 
 def _doctor_sandbox(config: Config, report: Report) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rousseau.agent import Attachment, Content
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.store import Store
 from rousseau.transports.base import Inbound, Outbound
 
@@ -467,9 +468,10 @@ class DaemonState:
         *,
         owner: str | None = None,
         chat: str | None = None,
+        agent: str = DEFAULT_AGENT,
     ) -> None:
         """Make `session_id` the session of a chat; owner (`transport:sender`) and chat
-        (`transport:chat_id`) scope what recall may show in it."""
+        (`transport:chat_id`) scope what recall may show in it, within its `agent`'s."""
 
         def op(db: sqlite3.Connection) -> None:
             db.execute(
@@ -478,12 +480,11 @@ class DaemonState:
                 " updated_at = excluded.updated_at",
                 (session_key, session_id, time.time()),
             )
-            if owner is not None or chat is not None:
-                db.execute(
-                    "UPDATE sessions SET owner = coalesce(owner, ?), chat = coalesce(chat, ?)"
-                    " WHERE id = ?",
-                    (owner, chat, session_id),
-                )
+            db.execute(
+                "UPDATE sessions SET owner = coalesce(owner, ?), chat = coalesce(chat, ?),"
+                " agent = ? WHERE id = ?",
+                (owner, chat, agent, session_id),
+            )
 
         await self.store.call(op, write=True)
 

@@ -310,6 +310,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE outbox ADD COLUMN replaces TEXT",
         ),
     ),
+    Migration(
+        17,
+        "sessions: the agent each belongs to (recall searches only its agent's sessions)",
+        ("ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'default'",),
+    ),
 )
 
 

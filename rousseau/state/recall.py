@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Literal
 
 from rousseau.agent import Role, Session
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.store import Store
 
 Scope = Literal["sender", "all"]
@@ -100,13 +101,17 @@ def search_op(
     recall: bool = True,
     exclude: str | None = None,
     scope_of: str | None = None,
+    agent: str | None = None,
 ) -> Callable[[sqlite3.Connection], list[Recalled]]:
     """The store operation behind recall and `session search`; scope_of: a session whose
-    owner's (or chat's) sessions are the only ones searched."""
+    owner's (or chat's) sessions are the only ones searched; agent: only that agent's."""
 
     def op(db: sqlite3.Connection) -> list[Recalled]:
         where = ""
         args: list[object] = []
+        if agent is not None:
+            where += " AND s.agent = ?"
+            args.append(agent)
         if exclude is not None:
             where += " AND s.id != ?"
             args.append(exclude)
@@ -171,9 +176,17 @@ class SQLiteRecall:
     HEADER = "Possibly relevant, from earlier conversations (may be out of date):"
 
     def __init__(
-        self, store: Store, top_k: int = 5, scope: Scope = "sender", cache: int = 256
+        self,
+        store: Store,
+        top_k: int = 5,
+        scope: Scope = "sender",
+        cache: int = 256,
+        *,
+        agent: str = DEFAULT_AGENT,
     ) -> None:
         self.store = store
+        self.agent = agent
+        """Whose sessions are searched: one agent never recalls another's conversations."""
         self.top_k = top_k
         self.scope = scope
         self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -185,6 +198,7 @@ class SQLiteRecall:
             self.top_k,
             exclude=session.id,
             scope_of=session.id if self.scope == "sender" else None,
+            agent=self.agent,
         )
         return await self.store.call(op)
 

@@ -6,6 +6,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import suppress
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, TypeVarTuple, Unpack, cast
 
 import anyio
@@ -25,6 +26,7 @@ __all__ = [
     "FunctionTool",
     "OutsideWorkspaceError",
     "Registry",
+    "Subset",
     "Tool",
     "Workspace",
     "WorkspaceError",
@@ -153,6 +155,26 @@ class Registry:
     def __len__(self) -> int:
         with self._lock:
             return len(self._tools)
+
+
+class Subset:
+    """The tools of a registry whose names match one of `patterns` (globs: `github__*`), as
+    one agent sees them; tools registered later (MCP servers') are filtered alike."""
+
+    def __init__(self, registry: Registry, patterns: Iterable[str]) -> None:
+        self.registry = registry
+        self.patterns = tuple(patterns)
+
+    def allows(self, name: str) -> bool:
+        return any(fnmatchcase(name, p) for p in self.patterns)
+
+    def get(self, name: str) -> Tool:
+        if not self.allows(name):
+            raise ToolNotFoundError(name)
+        return self.registry.get(name)
+
+    def definitions(self) -> list[ToolDefinition]:
+        return [d for d in self.registry.definitions() if self.allows(d.name)]
 
 
 TOOL_DEADLINE = 60.0

@@ -15,6 +15,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import Attachment, TransportError
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.media import Incoming, MediaIntake
 
 log = structlog.get_logger("rousseau.transports")
@@ -42,12 +43,16 @@ class Inbound:
     refusal: str = ""
     """Set when its files were refused (too large): the reply the sender gets instead of an
     answer, with no model call. (A file of a type not taken in is named in the text.)"""
+    agent: str = DEFAULT_AGENT
+    """The agent that answers it, as the router's routes decide (see rousseau.agents)."""
 
     @property
     def session_key(self) -> str:
-        """Which conversation this belongs to: `transport:chat_id`, plus the thread if any."""
+        """Which conversation this belongs to: `transport:chat_id`, plus the thread if any,
+        plus `@agent` for an agent but the default (each agent has its own sessions)."""
         key = f"{self.transport}:{self.chat_id}"
-        return f"{key}:{self.thread_id}" if self.thread_id else key
+        key = f"{key}:{self.thread_id}" if self.thread_id else key
+        return key if self.agent == DEFAULT_AGENT else f"{key}@{self.agent}"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
