@@ -758,19 +758,25 @@ class Config(Section):
                 )
         return self
 
-    def for_agent(self, name: str) -> Config:
+    def for_agent(self, name: str, detected: str | None = None) -> Config:
         """The configuration as agent `name` runs with it: its section as `agent:`, its
-        provider and model in place of the top-level ones."""
+        provider and model in place of the top-level ones. `detected`: the provider used
+        when none is configured (detect_provider's choice), whose model an agent may set."""
         if name == DEFAULT_AGENT and name not in self.agents:
             return self
         agent = self.agents[name]
         update: dict[str, Any] = {"agent": agent}
-        provider = agent.provider or self.provider
+        provider = agent.provider or self.provider or detected
         if agent.provider is not None:
             update["provider"] = agent.provider
         if agent.model is not None and provider is not None:
             update[provider] = getattr(self, provider).model_copy(update={"model": agent.model})
         return self.model_copy(update=update)
+
+    def own_provider(self, name: str) -> bool:
+        """Whether agent `name` names a provider or model of its own."""
+        agent = self.agents.get(name)
+        return agent is not None and (agent.provider is not None or agent.model is not None)
 
     def secrets(self) -> list[str]:
         """Every secret value set anywhere, for scrubbing tool environments and logs."""

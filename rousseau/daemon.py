@@ -228,18 +228,13 @@ class Daemon:
         """The agents of `agents:` but the default, each with its own workspace, tools,
         recall and (where it names another provider or model) provider."""
         agents = {}
-        for name, section in self.config.agents.items():
+        for name in self.config.agents:
             if name == DEFAULT_AGENT:
                 continue
-            config = self.config.for_agent(name)
+            config = self.config.for_agent(name, provider_name)
             own = provider
-            if section.provider is not None or section.model is not None:
-                chosen = section.provider or provider_name
-                if section.model is not None:  # the provider's model, for this agent
-                    model = {"model": section.model}
-                    config = config.model_copy(
-                        update={chosen: getattr(config, chosen).model_copy(update=model)}
-                    )
+            if self.config.own_provider(name):
+                chosen = config.provider or provider_name
                 own = LazyProvider(
                     chosen, functools.partial(build_provider, config, chosen, store=store)
                 )
@@ -315,6 +310,7 @@ class Daemon:
             )
         runner = CronRunner(
             agent=agent,
+            agents=router.agents,
             store=store,
             notify=router.notify,
             timeout=cron.timeout,

@@ -9,6 +9,8 @@ the Telegram DM reaches the default (private) agent, the Telegram group the fami
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,11 +23,13 @@ from rousseau.agent import Agent, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.agents import DEFAULT_AGENT, Routes
 from rousseau.config import ConfigError, RouteConfig, load_config
+from rousseau.cron import CronJobs
 from rousseau.daemon import Daemon
 from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.transports.base import Inbound, MemoryTransport
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
+from tests.helpers import ROUSSEAU
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
 from tests.transports.test_conformance import act
@@ -285,3 +289,37 @@ async def test_a_busy_agent_at_its_limit_never_holds_up_another() -> None:
             await transport.wait_sent(4)
         tg.cancel_scope.cancel()
     store.close()
+
+
+async def test_a_cron_job_runs_on_the_agent_it_names(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    jobs = CronJobs(store)
+    jobs.add_sync("standup", "@every 1s", "write the standup", "slack:D0DM", agent="work")
+    jobs.add_sync("lost", "@every 1s", "nobody runs this", "slack:D0DM", agent="gone")
+    store.close()
+    async with daemon(tmp_path, **with_workspaces(tmp_path)) as (_telegram, slack, llm):
+        with anyio.fail_after(20):
+            while not any("write the standup" in d.text for d in slack.delivered()):
+                await anyio.sleep(0.1)
+            while not any("Cron job lost failed" in d.text for d in slack.delivered()):
+                await anyio.sleep(0.1)
+    body = asked(llm, "write the standup")
+    assert body["messages"][0]["content"].startswith("You do work.")
+    assert body["model"] == "work-model"
+    failed = [d.text for d in slack.delivered() if "Cron job lost failed" in d.text]
+    assert "no agent named 'gone'" in failed[0]
+    assert not [r for r in requests(llm) if "nobody runs this" in str(r.body["messages"])]
+
+
+def test_cron_add_names_an_agent_that_exists(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps({"agents": {"work": {}}, "state": {"path": str(tmp_path / "s")}}))
+    path.chmod(0o600)
+    base = [*ROUSSEAU, "--config", str(path), "cron", "add", "--name", "n", "--schedule"]
+    base += ["@daily", "--prompt", "p", "--deliver-to", "telegram:42", "--agent"]
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    wrong = subprocess.run([*base, "wrok"], env=env, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2
+    assert "--agent: no agent named 'wrok' (there are: default, work)" in wrong.stderr
+    right = subprocess.run([*base, "work"], env=env, capture_output=True, text=True, timeout=60)
+    assert right.returncode == 0 and "(agent work)" in right.stdout

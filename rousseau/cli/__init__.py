@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="after downtime: run a missed job once or skip it (default: run_once)",
     )
     add.add_argument("--disabled", action="store_true", help="save it switched off (default: on)")
+    add.add_argument(
+        "--agent", default="default", metavar="NAME", help="the agent it runs on (default: default)"
+    )
     add.set_defaults(func="cron:add")
     csub.add_parser("list", help="jobs, their next run and last status").set_defaults(
         func="cron:list_jobs"

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.cli.common import close_provider, fail, load, open_store
 
 if TYPE_CHECKING:
@@ -17,6 +18,10 @@ def add(args: argparse.Namespace) -> int:
 
     config = load(args)
     transport = args.deliver_to.partition(":")[0]
+    if args.agent != DEFAULT_AGENT and args.agent not in config.agents:
+        known = ", ".join(sorted({DEFAULT_AGENT, *config.agents}))
+        fail(f"--agent: no agent named {args.agent!r} (there are: {known})")
+        return 2
     with open_store(args, config) as store:
         job = CronJobs(store).add_sync(
             args.name,
@@ -26,6 +31,7 @@ def add(args: argparse.Namespace) -> int:
             timezone=config.cron.timezone,
             misfire=args.misfire,
             enabled=not args.disabled,
+            agent=args.agent,
         )
     print(f"added {describe(job)}")
     if getattr(config, transport, None) is None:
@@ -70,12 +76,17 @@ def _cron_run(config: Config, store: Any, job: Any) -> int:
     from rousseau.router import RateLimiter, Router
 
     name, _why = detect_provider(config)
+    if job.agent != DEFAULT_AGENT and job.agent not in config.agents:
+        fail(f"cron job {job.name} runs on agent {job.agent!r}, which is not configured")
+        return 1
+    config = config.for_agent(job.agent, name)
+    name = config.provider or name
     provider = build_provider(config, name, store=store)
 
     async def go() -> int:
         from rousseau.app import build_agent
 
-        agent = build_agent(config, provider, store)
+        agent = build_agent(config, provider, store, name=job.agent)
         try:
             transports = _target_transport(config, job.deliver_to.partition(":")[0])
             router = Router(

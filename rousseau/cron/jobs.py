@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rousseau.agent import RousseauError
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.cron.schedule import Schedule, ScheduleError, parse_schedule
 from rousseau.cron.targets import TargetError, parse_target
 from rousseau.state import Store
@@ -18,7 +19,7 @@ Misfire = Literal["run_once", "skip"]
 RunStatus = Literal["running", "ok", "failed", "missed", "skipped"]
 _COLUMNS = (
     "id, name, schedule, timezone, prompt, deliver_to, enabled, misfire, created_at,"
-    " updated_at, last_run_at, last_status, next_run_at"
+    " updated_at, last_run_at, last_status, next_run_at, agent"
 )
 
 
@@ -42,6 +43,8 @@ class CronJob:
     last_run_at: float | None
     last_status: str | None
     next_run_at: float | None
+    agent: str = DEFAULT_AGENT
+    """The agent its turns run on."""
 
     def parsed(self) -> Schedule:
         return parse_schedule(self.schedule, self.timezone, anchor=self.created_at)
@@ -78,6 +81,7 @@ def _job(row: tuple[Any, ...]) -> CronJob:
         last_run_at=row[10],
         last_status=row[11],
         next_run_at=row[12],
+        agent=row[13],
     )
 
 
@@ -108,6 +112,7 @@ class CronJobs:
         misfire: Misfire,
         enabled: bool,
         now: float,
+        agent: str,
     ) -> Any:
         if not name.strip() or name.strip().isdigit():
             raise CronError(f"bad job name {name!r}: a name needs a letter")
@@ -119,8 +124,8 @@ class CronJobs:
             try:
                 cur = db.execute(
                     "INSERT INTO cron_jobs (name, schedule, timezone, prompt, deliver_to, enabled,"
-                    " misfire, created_at, updated_at, next_run_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " misfire, created_at, updated_at, next_run_at, agent)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         name.strip(),
                         schedule,
@@ -132,6 +137,7 @@ class CronJobs:
                         now,
                         now,
                         first,
+                        agent,
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -152,6 +158,7 @@ class CronJobs:
         misfire: Misfire = "run_once",
         enabled: bool = True,
         now: float | None = None,
+        agent: str = DEFAULT_AGENT,
     ) -> CronJob:
         op = self._add(
             name,
@@ -162,6 +169,7 @@ class CronJobs:
             misfire,
             enabled,
             time.time() if now is None else now,
+            agent,
         )
         job: CronJob = self.store.call_sync(op, write=True)
         return job
@@ -177,6 +185,7 @@ class CronJobs:
         misfire: Misfire = "run_once",
         enabled: bool = True,
         now: float | None = None,
+        agent: str = DEFAULT_AGENT,
     ) -> CronJob:
         op = self._add(
             name,
@@ -187,6 +196,7 @@ class CronJobs:
             misfire,
             enabled,
             time.time() if now is None else now,
+            agent,
         )
         job: CronJob = await self.store.call(op, write=True)
         return job

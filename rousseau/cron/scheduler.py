@@ -18,7 +18,8 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from rousseau.agent import Agent, Attachment
-from rousseau.cron.jobs import CronJob, CronJobs, RunStatus
+from rousseau.agents import DEFAULT_AGENT
+from rousseau.cron.jobs import CronError, CronJob, CronJobs, RunStatus
 from rousseau.cron.schedule import Schedule, ScheduleError
 from rousseau.state import Store
 from rousseau.transports.base import OutgoingFiles, outgoing_files
@@ -60,10 +61,13 @@ class CronRunner:
     the reply (or, if configured, a one-line failure notice) queued for its target."""
 
     agent: Agent
+    """The default agent, and of any job naming an agent that is not in `agents`."""
     store: Store
     notify: Notify
     timeout: float = 300.0
     notify_failures: bool = True
+    agents: dict[str, Agent] = field(default_factory=dict)
+    """The other agents a job may name."""
 
     async def run(self, job: CronJob) -> RunOutcome:
         transport, recipient = job.target
@@ -74,8 +78,9 @@ class CronRunner:
             outgoing = OutgoingFiles(transport=transport)
             outgoing_files.set(outgoing)  # send_file in a job: the files go with its reply
             try:
+                agent = self._agent_of(job)
                 with anyio.fail_after(self.timeout):
-                    response = await self.agent.reply(session, job.prompt, unattended=True)
+                    response = await agent.reply(session, job.prompt, unattended=True)
                 text = response.message.text.strip() or f"(cron job {job.name}: no reply)"
             except Exception as exc:
                 error = _one_line(exc)
@@ -86,6 +91,14 @@ class CronRunner:
             await self.notify(transport, recipient, text, files=outgoing.files)
             log.info("cron.done", target=job.deliver_to)
             return RunOutcome("ok", session.id, text=text)
+
+    def _agent_of(self, job: CronJob) -> Agent:
+        if job.agent == DEFAULT_AGENT:
+            return self.agent
+        agent = self.agents.get(job.agent)
+        if agent is None:  # the config lost it since: not run as another agent instead
+            raise CronError(f"no agent named {job.agent!r} is configured")
+        return agent
 
 
 def _one_line(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from rousseau.agent import ToolCall, ToolOutput
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.cron.jobs import CronError, CronJob, CronJobs
 from rousseau.tools import Tool
 from rousseau.transports.base import current_inbound
@@ -25,7 +26,7 @@ def describe(job: CronJob) -> str:
         upcoming = datetime.fromtimestamp(job.next_run_at, zone).strftime("%Y-%m-%d %H:%M %Z")
     return (
         f"{job.name}  [{job.schedule}]  next: {upcoming}  last: {job.last_status or '-'}"
-        f"  -> {job.deliver_to}"
+        f"  -> {job.deliver_to}" + (f"  (agent {job.agent})" if job.agent != DEFAULT_AGENT else "")
     )
 
 

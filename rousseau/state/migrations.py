@@ -315,6 +315,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "sessions: the agent each belongs to (recall searches only its agent's sessions)",
         ("ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'default'",),
     ),
+    Migration(
+        18,
+        "cron jobs: the agent each runs on",
+        ("ALTER TABLE cron_jobs ADD COLUMN agent TEXT NOT NULL DEFAULT 'default'",),
+    ),
 )
 
 
