@@ -182,11 +182,16 @@ def media_intake(config: Config, *, transcribing: bool = True) -> MediaIntake:
 
 @asynccontextmanager
 async def connected_agent(
-    config: Config, provider: Provider, store: Store | None, *, ask: AskFn | None = None
+    config: Config,
+    provider: Provider,
+    store: Store | None,
+    *,
+    ask: AskFn | None = None,
+    name: str = DEFAULT_AGENT,
 ) -> AsyncIterator[Agent]:
     """`build_agent`, with the configured MCP servers' tools connected while it is in use."""
     from rousseau.mcp.client import mcp_tools
 
     registry = build_registry(config)
     async with mcp_tools(config.mcp_servers, registry):
-        yield build_agent(config, provider, store, ask=ask, registry=registry)
+        yield build_agent(config, provider, store, ask=ask, registry=registry, name=name)

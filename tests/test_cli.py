@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -297,3 +298,27 @@ def test_session_show_and_delete_take_a_unique_prefix(
     assert "user: travel-2025" in rousseau("session", "show", "tr", env=env).stdout
     missing = rousseau("session", "delete", "zzz", "--yes", env=env)
     assert missing.returncode == 1 and missing.stderr == "rousseau: no such session: zzz\n"
+
+
+def test_chat_talks_to_the_agent_it_names(
+    env: dict[str, str], fake_llm: FakeLLMServer, home: Path
+) -> None:
+    config = home / "config.yaml"
+    agents = {"work": {"system_prompt": "You do work.", "model": "work-model"}}
+    config.write_text(json.dumps({"agent": {"system_prompt": "You are mine."}, "agents": agents}))
+    config.chmod(0o600)
+    fake_llm.push(
+        openai_stream(openai_completion("working")),
+        openai_stream(openai_completion("mine")),
+    )
+    args = ("--config", str(config), "chat")
+    assert rousseau(*args, "--agent", "work", "-m", "the RHUBARB plan", env=env).stdout == (
+        "working\n"
+    )
+    assert rousseau(*args, "-m", "what about RHUBARB", env=env).stdout == "mine\n"
+    work, mine = (p.body for p in fake_llm.posts())
+    assert (work["model"], work["messages"][0]["content"]) == ("work-model", "You do work.")
+    assert mine["messages"][0]["content"].startswith("You are mine.")
+    assert "RHUBARB" not in mine["messages"][0]["content"]  # the work agent's memory
+    wrong = rousseau(*args, "--agent", "wrok", "-m", "hi", env=env)
+    assert wrong.returncode == 2 and "--agent: no agent named 'wrok'" in wrong.stderr

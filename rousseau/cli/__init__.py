@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="send one message, print the reply and exit (default: an interactive chat)",
     )
+    chat.add_argument(
+        "--agent", default="default", metavar="NAME", help="the agent to talk to (default: default)"
+    )
     chat.set_defaults(func="chat:chat")
 
     session = sub.add_parser("session", help="list, search, show or delete stored sessions")

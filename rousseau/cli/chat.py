@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.cli.common import close_provider, fail, load, state_folder
 
 if TYPE_CHECKING:
@@ -21,6 +22,13 @@ def chat(args: argparse.Namespace) -> int:
     log_to = None if args.message is not None else state_folder() / "chat.log"
     config = load(args, log_to=log_to)
     name, _why = detect_provider(config)
+    if args.agent != DEFAULT_AGENT:
+        if args.agent not in config.agents:
+            known = ", ".join(sorted({DEFAULT_AGENT, *config.agents}))
+            fail(f"--agent: no agent named {args.agent!r} (there are: {known})")
+            return 2
+        config = config.for_agent(args.agent, name)
+        name = config.provider or name
     with Store(config.state.path) as store:
         provider = build_provider(config, name, store=store)
         if args.message is not None:
@@ -29,10 +37,14 @@ def chat(args: argparse.Namespace) -> int:
         return 0
 
 
-async def _open_session(store: Any, session_id: str | None) -> Any:
-    if session_id:
-        return await store.load_or_create(session_id)
-    return await store.create_session()
+async def _open_session(store: Any, args: argparse.Namespace) -> Any:
+    if args.session:
+        session = await store.load_or_create(args.session)
+    else:
+        session = await store.create_session()
+    if args.agent != DEFAULT_AGENT:  # the local user's session, in that agent's memory
+        await store.set_scope(session.id, owner=None, chat=None, agent=args.agent)
+    return session
 
 
 async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.Namespace) -> int:
@@ -40,10 +52,10 @@ async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.N
     from rousseau.app import connected_agent
     from rousseau.transports.terminal import default_screen, run_turn
 
-    session = await _open_session(store, args.session)
+    session = await _open_session(store, args)
     screen = default_screen(interactive=False)
     try:
-        async with connected_agent(config, provider, store) as agent:
+        async with connected_agent(config, provider, store, name=args.agent) as agent:
             await run_turn(agent, session, args.message, screen)
     except RousseauError as exc:
         fail(str(exc))
@@ -67,7 +79,7 @@ async def _chat_interactive(
 
     screen = default_screen(interactive=True)
     reader = LineReader()
-    session = await _open_session(store, args.session)
+    session = await _open_session(store, args)
     model = getattr(provider, "model", "")
     banner = screen.paint.dim(
         f"rousseau · {name} {model} · session {session.id}\n{HELP} Ctrl-C stops a reply."
@@ -75,7 +87,7 @@ async def _chat_interactive(
     )
     ask = TerminalApproval(reader, screen)
     try:
-        async with connected_agent(config, provider, store, ask=ask) as agent:
+        async with connected_agent(config, provider, store, ask=ask, name=args.agent) as agent:
             await interactive(agent, store, session, screen, reader, banner)
     finally:
         await close_provider(provider)

@@ -73,7 +73,9 @@ class CronRunner:
         transport, recipient = job.target
         session = await self.store.create_session(title=f"cron: {job.name}")
         # its replies land in the target chat: recall there may find them
-        await self.store.set_scope(session.id, owner=job.deliver_to, chat=job.deliver_to)
+        await self.store.set_scope(
+            session.id, owner=job.deliver_to, chat=job.deliver_to, agent=job.agent
+        )
         with structlog.contextvars.bound_contextvars(job=job.name, session=session.id):
             outgoing = OutgoingFiles(transport=transport)
             outgoing_files.set(outgoing)  # send_file in a job: the files go with its reply

@@ -21,6 +21,7 @@ import structlog
 
 from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
+from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.migrations import migrate
 from rousseau.state.worker import DBWorker, WorkerTimeout
 
@@ -505,12 +506,21 @@ class Store:
 
         return self.call_sync(op)
 
-    async def set_scope(self, session_id: str, *, owner: str | None, chat: str | None) -> None:
-        """Whose session this is, for scoped recall (None, None: the local user's)."""
+    async def set_scope(
+        self,
+        session_id: str,
+        *,
+        owner: str | None,
+        chat: str | None,
+        agent: str = DEFAULT_AGENT,
+    ) -> None:
+        """Whose session this is, for scoped recall (None, None: the local user's), and
+        which agent's (recall never crosses agents)."""
 
         def op(db: sqlite3.Connection) -> None:
             db.execute(
-                "UPDATE sessions SET owner = ?, chat = ? WHERE id = ?", (owner, chat, session_id)
+                "UPDATE sessions SET owner = ?, chat = ?, agent = ? WHERE id = ?",
+                (owner, chat, agent, session_id),
             )
 
         await self.call(op, write=True)
