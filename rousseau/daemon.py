@@ -44,7 +44,7 @@ from rousseau.state import Store
 from rousseau.state.daemon_state import TransportState
 from rousseau.state.lock import DaemonLock
 from rousseau.streaming import StreamSettings
-from rousseau.tools import Registry
+from rousseau.tools import Registry, Shared
 from rousseau.tools.fs import Workspace
 from rousseau.transports import build_transports
 from rousseau.transports.base import Transport
@@ -178,7 +178,7 @@ class Daemon:
                 router = self._router(provider, name, store)
                 if self.provider is not None:
                     started()
-                async with mcp_tools(config.mcp_servers, self._registry):
+                async with mcp_tools(config.mcp_servers, Shared(self._registries)):
                     await self._serve(router, self._scheduler(router, store), listener)
             finally:
                 with anyio.CancelScope(shield=True):
@@ -239,16 +239,17 @@ class Daemon:
                     chosen, functools.partial(build_provider, config, chosen, store=store)
                 )
                 self._providers.append(own)
-            # No cron tool: a job runs on the default agent, so scheduling is its alone.
-            agents[name] = build_agent(
-                config, own, store, registry=self._tools(config), ask=ask, name=name
-            )
+            # No cron tool: what a job runs on is the owner's choice (cron add --agent).
+            registry = self._tools(config)
+            self._registries.append(registry)
+            agents[name] = build_agent(config, own, store, registry=registry, ask=ask, name=name)
         return agents
 
     def _router(self, provider: Provider, provider_name: str, store: Store) -> Router:
         config = self.config.for_agent(DEFAULT_AGENT)
         rl = config.ratelimit
         registry = self._registry = self._tools(config)
+        self._registries = [registry]
         self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
         registry.register(self._cron_tool)
         ac = config.agent.approver

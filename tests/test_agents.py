@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -140,8 +141,15 @@ def asked(llm: FakeLLMServer, text: str) -> dict[str, Any]:
     return found
 
 
+TINY_MCP = {
+    "command": sys.executable,
+    "args": [str(Path(__file__).parent / "mcp" / "tiny_server.py")],
+}
+
+
 async def test_each_chat_reaches_its_agent_and_agents_stay_apart(tmp_path: Path) -> None:
-    async with daemon(tmp_path, **with_workspaces(tmp_path)) as (telegram, slack, llm):
+    setup = {**with_workspaces(tmp_path), "mcp_servers": {"tiny": TINY_MCP}}
+    async with daemon(tmp_path, **setup) as (telegram, slack, llm):
         dm = telegram.dm
         group = lambda text: telegram.group(text, mentioned=True)  # noqa: E731
 
@@ -161,7 +169,8 @@ async def test_each_chat_reaches_its_agent_and_agents_stay_apart(tmp_path: Path)
             "work-model",
         )
         assert sorted(t["function"]["name"] for t in family["tools"]) == ["grep", "read"]
-        assert "bash" in {t["function"]["name"] for t in private["tools"]}
+        assert {"bash", "tiny__shout"} <= {t["function"]["name"] for t in private["tools"]}
+        assert "tiny__shout" in {t["function"]["name"] for t in work["tools"]}  # MCP: all
 
         # Recall in one agent never returns text from another (recall scope: all).
         await answer_to(telegram, telegram.group_chat, group, "what about PLUMTREE")

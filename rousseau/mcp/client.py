@@ -19,7 +19,7 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import ToolCall, ToolOutput
 from rousseau.config import MCPServerConfig
-from rousseau.tools import Registry, function_tool
+from rousseau.tools import Registry, Shared, function_tool
 
 log = structlog.get_logger("rousseau.mcp")
 
@@ -33,7 +33,12 @@ class MCPConnection:
     """One external server: connect, register its tools, watch it, reconnect."""
 
     def __init__(
-        self, name: str, config: MCPServerConfig, registry: Registry, *, call_timeout: float = 120
+        self,
+        name: str,
+        config: MCPServerConfig,
+        registry: Registry | Shared,
+        *,
+        call_timeout: float = 120,
     ) -> None:
         self.name = name
         self.config = config
@@ -191,7 +196,7 @@ def _tail(errors: Any) -> str:
 
 @asynccontextmanager
 async def mcp_tools(
-    servers: Mapping[str, MCPServerConfig], registry: Registry
+    servers: Mapping[str, MCPServerConfig], registry: Registry | Shared
 ) -> AsyncIterator[list[MCPConnection]]:
     """Connect every configured server (each tried once before this yields) and keep them
     connected while the block runs."""

@@ -26,6 +26,7 @@ __all__ = [
     "FunctionTool",
     "OutsideWorkspaceError",
     "Registry",
+    "Shared",
     "Subset",
     "Tool",
     "Workspace",
@@ -155,6 +156,22 @@ class Registry:
     def __len__(self) -> int:
         with self._lock:
             return len(self._tools)
+
+
+class Shared:
+    """Several registries that take the same tools: MCP servers' tools, given to every
+    agent (each agent's `tools` chooses which it is offered)."""
+
+    def __init__(self, registries: Iterable[Registry]) -> None:
+        self.registries = list(registries)
+
+    def register(self, tool: Tool) -> None:
+        for registry in self.registries:
+            registry.register(tool)
+
+    def unregister(self, name: str) -> None:
+        for registry in self.registries:
+            registry.unregister(name)
 
 
 class Subset:
