@@ -322,3 +322,11 @@ def test_chat_talks_to_the_agent_it_names(
     assert "RHUBARB" not in mine["messages"][0]["content"]  # the work agent's memory
     wrong = rousseau(*args, "--agent", "wrok", "-m", "hi", env=env)
     assert wrong.returncode == 2 and "--agent: no agent named 'wrok'" in wrong.stderr
+    # Which agent a session belongs to, and the agents and routes, are on show.
+    listed = rousseau("--config", str(config), "session", "list", env=env).stdout
+    [work_id] = [line.split()[0] for line in listed.splitlines() if "RHUBARB plan" in line]
+    shown = rousseau("--config", str(config), "session", "show", work_id, env=env).stdout
+    assert "; agent work;" in shown.splitlines()[-1]
+    status = rousseau("--config", str(config), "status", env=env).stdout.splitlines()
+    assert any(line.startswith("agent      work: work-model; workspace ") for line in status)
+    assert "route      the rest -> default" in status

@@ -54,7 +54,9 @@ def show(args: argparse.Namespace) -> int:
                 print(f"{message.role.value}: {c.attachment.stand_in()}")
     files = sum(len(m.attachments) for m in session.messages)
     held = f"; {files} file{'s' if files != 1 else ''}" if files else ""
-    print(f"-- {info.message_count} messages{held}; tokens: {tokens(info.usage)}")
+    print(
+        f"-- {info.message_count} messages{held}; agent {info.agent}; tokens: {tokens(info.usage)}"
+    )
     return 0
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rousseau.cli.common import load, tokens, when
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
 
 
 def version(args: argparse.Namespace) -> int:
@@ -29,12 +33,43 @@ def status(args: argparse.Namespace) -> int:
         print(f"provider   none: {exc}")
     if config.fallback:
         print(f"fallback   {', '.join(config.fallback)}")
+    if config.agents or config.routes:
+        _agents(config)
     _daemon(config.state.path)
     with Store(config.state.path) as store:
         count, usage = store.totals_sync()
     print(f"store      {store.path}: {count} sessions")
     print(f"tokens     {tokens(usage)}")
     return 0
+
+
+def _agents(config: Config) -> None:
+    """Each agent in a line, then the routing table in the order it is tried."""
+    from rousseau.agents import DEFAULT_AGENT
+    from rousseau.transports import TRANSPORTS
+
+    for name in dict.fromkeys((DEFAULT_AGENT, *config.agents)):
+        agent = config.for_agent(name).agent
+        what = (
+            [f"{agent.provider or ''} {agent.model or ''}".strip()]
+            if config.own_provider(name)
+            else []
+        )
+        what.append(f"workspace {agent.workspace}")
+        what.append(f"tools {', '.join(agent.tools)}" if agent.tools is not None else "all tools")
+        print(f"agent      {name}: {'; '.join(w for w in what if w)}")
+    for i, route in enumerate(config.routes):
+        matched = [
+            f"{field}={getattr(route, field)}"
+            for field in ("transport", "chat", "sender", "thread")
+            if getattr(route, field) != "*"
+        ]
+        print(f"route {i:<4} {' '.join(matched) or 'everything'} -> {route.agent}")
+    for name in TRANSPORTS:
+        section = getattr(config, name, None)
+        if section is not None and section.agent is not None:
+            print(f"route      the rest of {name} -> {section.agent}")
+    print(f"route      the rest -> {config.default_agent}")
 
 
 def _daemon(db: str) -> None:

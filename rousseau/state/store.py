@@ -41,6 +41,8 @@ class SessionInfo:
     created_at: float
     updated_at: float
     usage: Usage
+    agent: str = DEFAULT_AGENT
+    """The agent whose session it is."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -260,7 +262,7 @@ class Store:
         def op(db: sqlite3.Connection) -> list[SessionInfo]:
             rows = db.execute(
                 "SELECT id, title, message_count, created_at, updated_at, input_tokens,"
-                " output_tokens, cache_read_tokens, cache_write_tokens FROM sessions"
+                " output_tokens, cache_read_tokens, cache_write_tokens, agent FROM sessions"
                 f" {where} ORDER BY updated_at DESC LIMIT ?",
                 params,
             )
@@ -585,6 +587,7 @@ def _info(r: tuple[Any, ...]) -> SessionInfo:
             cache_read_tokens=int(r[7]),
             cache_write_tokens=int(r[8]),
         ),
+        agent=str(r[9]),
     )
 
 
