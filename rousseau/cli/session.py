@@ -33,6 +33,7 @@ def search(args: argparse.Namespace) -> int:
 
 def show(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
+    from rousseau.agents import DEFAULT_AGENT
     from rousseau.transports.terminal import describe_call
 
     with open_store(args) as store:
@@ -54,9 +55,9 @@ def show(args: argparse.Namespace) -> int:
                 print(f"{message.role.value}: {c.attachment.stand_in()}")
     files = sum(len(m.attachments) for m in session.messages)
     held = f"; {files} file{'s' if files != 1 else ''}" if files else ""
-    print(
-        f"-- {info.message_count} messages{held}; agent {info.agent}; tokens: {tokens(info.usage)}"
-    )
+    if info.agent != DEFAULT_AGENT:  # one daemon, several agents: whose conversation
+        held += f"; agent {info.agent}"
+    print(f"-- {info.message_count} messages{held}; tokens: {tokens(info.usage)}")
     return 0
 
 
