@@ -33,6 +33,7 @@ from rousseau.backoff import backoff
 from rousseau.config import Config, HealthConfig, parse_rate
 from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
+from rousseau.media import move_to_workspace
 from rousseau.media.tool import SendFileTool
 from rousseau.metrics import LagProbe, Metrics
 from rousseau.policy import ChatPolicy, RateLimiter
@@ -270,6 +271,14 @@ class Daemon:
                 },
                 default=config.default_agent,
             ),
+            file_moves={
+                name: functools.partial(
+                    move_to_workspace, self._media.blobs, source=self._media.workspace, target=ws
+                )
+                for name in config.agents
+                if (ws := Path(config.for_agent(name).agent.workspace).expanduser())
+                != self._media.workspace
+            },
             agent_turns={
                 name: section.max_concurrent_turns
                 for name, section in {DEFAULT_AGENT: config.agent, **config.agents}.items()

@@ -15,7 +15,7 @@ import time
 import traceback
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -145,6 +145,11 @@ class Router:
     """The other named agents, which `routes` may choose."""
     routes: Routes = field(default_factory=Routes)
     """Which agent answers each message (the default agent when none is named)."""
+    file_moves: dict[str, Callable[[Attachment], Awaitable[Attachment]]] = field(
+        default_factory=dict
+    )
+    """Per agent whose workspace is not the one files arrive in: how a file is moved into
+    its own (see media.move_to_workspace)."""
     agent_turns: dict[str, int] = field(default_factory=dict)
     """Agents whose turns running at once have a limit of their own (within
     max_concurrent_turns), so a busy group cannot take every slot from a private chat."""
@@ -391,7 +396,9 @@ class Router:
     async def _append_user(self, session: Session, inbound: Inbound) -> None:
         text = _user_text(inbound)
         content = [Content.of_text(text)] if text or not inbound.attachments else []
-        content += [Content.of_attachment(a) for a in inbound.attachments]
+        move = self.file_moves.get(inbound.agent)
+        for attachment in inbound.attachments:
+            content.append(Content.of_attachment(await move(attachment) if move else attachment))
         await self._agent(inbound).append(session, Message(role=Role.USER, content=content))
         await self.state.mark_appended(inbound, session.id)
 

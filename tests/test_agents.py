@@ -31,6 +31,7 @@ from rousseau.state import Store
 from rousseau.transports.base import Inbound, MemoryTransport
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.helpers import ROUSSEAU
+from tests.transports.conformance import File
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
 from tests.transports.test_conformance import act
@@ -200,6 +201,15 @@ async def test_each_chat_reaches_its_agent_and_agents_stay_apart(tmp_path: Path)
         assert "the private secret" not in await answer_to(
             telegram, telegram.group_chat, group, outside
         )
+
+        # A file sent to the work agent is in its workspace, not in the one it arrived in.
+        note = File(name="notes.txt", media_type="text/plain", data=b"quarterly numbers")
+        said = await answer_to(slack, slack.dm_chat, lambda t: slack.dm_file(t, note), "see file")
+        assert "inbox/" in said  # the model was told where its tools find it
+        assert [p.read_bytes() for p in (tmp_path / "work" / "inbox").rglob("*.txt")] == [
+            b"quarterly numbers"
+        ]
+        assert not list((tmp_path / "private").rglob("notes*.txt"))
 
 
 async def test_without_agents_every_chat_has_the_one_agent(tmp_path: Path) -> None:

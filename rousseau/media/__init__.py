@@ -261,6 +261,34 @@ class Transcribes(Protocol):
     async def transcribe(self, data: bytes, *, name: str, media_type: str) -> str: ...
 
 
+async def move_to_workspace(
+    blobs: BlobStore, attachment: Attachment, *, source: Path, target: Path
+) -> Attachment:
+    """A file that arrived into `source`'s inbox/, moved to `target`'s: the agent answering
+    works in another workspace than the one files are taken into (see rousseau.agents)."""
+    data = await blobs.read(attachment.sha256)
+    saved = ""
+    if data is not None:
+        save = functools.partial(
+            save_to_workspace, target, attachment.name, data, today=date.today()
+        )
+        try:
+            saved = await anyio.to_thread.run_sync(save)
+        except OSError as exc:
+            log.warning("media.workspace_copy_failed", name=attachment.name, error=str(exc))
+    if attachment.saved_as:  # not left where the other agent's tools would find it
+        await anyio.to_thread.run_sync(_remove_copy, source, attachment.saved_as)
+    return replace(attachment, saved_as=saved)
+
+
+def _remove_copy(workspace: Path, saved_as: str) -> None:
+    """Remove an inbound file's copy from the workspace, if it is still a file of it."""
+    root = workspace.resolve()
+    path = root / saved_as
+    if path.parent.resolve().is_relative_to(root) and not path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
 @dataclass(kw_only=True, slots=True)
 class MediaIntake:
     """What adapters hand an inbound message's files to, before the platform is
