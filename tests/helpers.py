@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from rousseau.agent import Provider
     from rousseau.config import Config
     from rousseau.daemon import Daemon
-    from rousseau.transports.base import Inbound, Transport
+    from rousseau.router import Router
+    from rousseau.transports.base import Inbound, MemoryTransport, Transport
 
 _SCRIPT = Path(sys.executable).parent / "rousseau"
 ROUSSEAU = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "rousseau"]
@@ -119,6 +120,21 @@ async def serving(
                 await anyio.sleep(0.02)
         yield daemon
         daemon.stop()
+
+
+@asynccontextmanager
+async def routing(router: Router, transport: MemoryTransport) -> AsyncIterator[None]:
+    """A router taking `transport`'s messages and delivering its replies, until the block
+    ends (which has 20 s)."""
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(router.run)
+        await tg.start(transport.run, router.submit)
+        tg.start_soon(router.deliver, transport.name)
+        with anyio.fail_after(20):
+            yield
+        tg.cancel_scope.cancel()
 
 
 @asynccontextmanager

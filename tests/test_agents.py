@@ -30,7 +30,7 @@ from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.transports.base import Inbound, MemoryTransport
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
-from tests.helpers import ROUSSEAU
+from tests.helpers import ROUSSEAU, routing
 from tests.transports.conformance import File
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
@@ -293,20 +293,15 @@ async def test_a_busy_agent_at_its_limit_never_holds_up_another() -> None:
         policies={"memory": ChatPolicy(policy="open", require_mention=False)},
         rate_limiter=RateLimiter((100, 1.0), {}, 100),
     )
-    async with anyio.create_task_group() as tg:
-        await tg.start(router.run)
-        await tg.start(transport.run, router.submit)
-        tg.start_soon(router.deliver, "memory")
-        with anyio.fail_after(20):
-            for group in ("group1", "group2", "group3"):  # three sessions of the family agent
-                await transport.inject(f"hi from {group}", chat_id=group)
-            await transport.inject("hi from me", chat_id="me")
-            [answer] = await transport.wait_sent(1)
-            assert (answer.chat_id, answer.text) == ("me", "private answer")
-            assert len(running_now) == 1  # one family turn at a time, as configured
-            release.set()
-            await transport.wait_sent(4)
-        tg.cancel_scope.cancel()
+    async with routing(router, transport):
+        for group in ("group1", "group2", "group3"):  # three sessions of the family agent
+            await transport.inject(f"hi from {group}", chat_id=group)
+        await transport.inject("hi from me", chat_id="me")
+        [answer] = await transport.wait_sent(1)
+        assert (answer.chat_id, answer.text) == ("me", "private answer")
+        assert len(running_now) == 1  # one family turn at a time, as configured
+        release.set()
+        await transport.wait_sent(4)
     store.close()
 
 

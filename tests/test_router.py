@@ -17,6 +17,7 @@ from rousseau.router import FAILED_REPLY, ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
 from rousseau.transports.base import MemoryTransport
+from tests.helpers import routing
 
 pytestmark = pytest.mark.anyio
 
@@ -45,13 +46,8 @@ async def running(
         rate_limiter=RateLimiter(rate, {}, 100),
         denied_reply="slow down",
     )
-    async with anyio.create_task_group() as tg:
-        await tg.start(router.run)
-        await tg.start(transport.run, router.submit)
-        tg.start_soon(router.deliver, "memory")
-        with anyio.fail_after(20):
-            yield router, transport
-        tg.cancel_scope.cancel()
+    async with routing(router, transport):
+        yield router, transport
     if own:
         store.close()
 
@@ -303,15 +299,10 @@ async def test_a_turn_finished_but_not_queued_is_answered_with_its_files(
         policies={"memory": ChatPolicy(allowlist=frozenset({"user"}))},
         rate_limiter=RateLimiter((100, 1.0), {}, 100),
     )
-    async with anyio.create_task_group() as tg:
-        await tg.start(router.run)
-        await tg.start(transport.run, router.submit)
-        tg.start_soon(router.deliver, "memory")
-        with anyio.fail_after(20):
-            await transport.inject("the chart?")
-            text, file = await transport.wait_sent(2)
-            await anyio.sleep(0.3)
-        tg.cancel_scope.cancel()
+    async with routing(router, transport):
+        await transport.inject("the chart?")
+        text, file = await transport.wait_sent(2)
+        await anyio.sleep(0.3)
     store.close()
     assert (text.text, file.text) == ("Here.", "Nov")
     assert file.attachment is not None and file.attachment.name == "chart.png"
