@@ -12,6 +12,7 @@ end) and the answer is bound to the digest of that input, so what runs is what w
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -26,6 +27,7 @@ import anyio
 import structlog
 
 from rousseau.agent import ApprovalRequest, Decision, Splitter
+from rousseau.agent.approval import AskFn
 from rousseau.transports.base import Inbound, current_inbound
 
 log = structlog.get_logger("rousseau.approvals")
@@ -101,8 +103,16 @@ class ChatApprovals:
                 return code
 
     async def ask(self, request: ApprovalRequest) -> Decision:
+        return await self._ask(self.owners, self.timeout, request)
+
+    def asking(self, owners: Sequence[str], timeout: float) -> AskFn:
+        """An `ask` whose questions go to these owners with this timeout (one agent's, where
+        agents have approvers of their own); answered like any other here."""
+        return functools.partial(self._ask, frozenset(owners), timeout)
+
+    async def _ask(self, owners: frozenset[str], wait: float, request: ApprovalRequest) -> Decision:
         asking = current_inbound.get()
-        owners = self.owners or (
+        owners = owners or (
             frozenset({f"{asking.transport}:{asking.sender_id}"}) if asking else frozenset()
         )
         if not owners or self.notify is None:
@@ -117,7 +127,7 @@ class ChatApprovals:
         text = (
             f"Approve {visible(request.tool, 60, 20)}? [{code}]\n{shown}\n"
             f"Input sha256 {digest[:16]} (as in `rousseau audit`)\n"
-            f"Answer: yes {code} or no {code} (within {_minutes(self.timeout)})"
+            f"Answer: yes {code} or no {code} (within {_minutes(wait)})"
         )
         # to the chat that asked and to each owner's private chat (sender id = chat id there)
         targets = {(owner.partition(":")[0], owner.partition(":")[2]) for owner in owners}
@@ -128,15 +138,13 @@ class ChatApprovals:
             for transport, chat in sorted(targets):
                 await self.notify(transport, chat, text, (f"yes {code}", f"no {code}"))
             async with self.waiting():
-                with anyio.move_on_after(self.timeout):
+                with anyio.move_on_after(wait):
                     await pending.done.wait()
         finally:
             self.pending.pop(code, None)
         if pending.decision is None:
             log.info("approvals.timed_out", code=code, tool=request.tool)
-            return Decision.denied(
-                f"no answer within {_minutes(self.timeout)}", by="timeout: no answer"
-            )
+            return Decision.denied(f"no answer within {_minutes(wait)}", by="timeout: no answer")
         return pending.decision
 
     def is_answer(self, text: str) -> bool:

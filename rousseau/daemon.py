@@ -25,7 +25,6 @@ from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from rousseau.agent import Agent, ConfigError, Provider, TransportAuthError
-from rousseau.agent.approval import AskFn
 from rousseau.agents import DEFAULT_AGENT, Routes
 from rousseau.app import build_agent, build_approver, build_registry, media_intake
 from rousseau.approvals import ChatApprovals, load_shell_parser
@@ -224,10 +223,15 @@ class Daemon:
         return registry
 
     def _agents(
-        self, provider: Provider, provider_name: str, store: Store, ask: AskFn | None
+        self,
+        provider: Provider,
+        provider_name: str,
+        store: Store,
+        approvals: ChatApprovals | None,
     ) -> dict[str, Agent]:
         """The agents of `agents:` but the default, each with its own workspace, tools,
-        recall and (where it names another provider or model) provider."""
+        recall, approver and owners to ask, and (where it names another provider or model)
+        provider."""
         agents = {}
         for name in self.config.agents:
             if name == DEFAULT_AGENT:
@@ -240,6 +244,12 @@ class Daemon:
                     chosen, functools.partial(build_provider, config, chosen, store=store)
                 )
                 self._providers.append(own)
+            ac = config.agent.approver
+            ask = (
+                approvals.asking(ac.owners, ac.approval_timeout)
+                if approvals is not None and ac is not None
+                else None
+            )
             # No cron tool: what a job runs on is the owner's choice (cron add --agent).
             registry = self._tools(config)
             self._registries.append(registry)
@@ -254,13 +264,17 @@ class Daemon:
         self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
         registry.register(self._cron_tool)
         ac = config.agent.approver
-        approvals = (
-            ChatApprovals(owners=ac.owners, timeout=ac.approval_timeout) if ac is not None else None
-        )
-        ask = approvals.ask if approvals is not None else None
+        approvals = None
+        if ac is not None or any(a.approver is not None for a in config.agents.values()):
+            approvals = (
+                ChatApprovals(owners=ac.owners, timeout=ac.approval_timeout)
+                if ac is not None
+                else ChatApprovals()
+            )
+        ask = approvals.ask if approvals is not None and ac is not None else None
         router = Router(
             agent=build_agent(config, provider, store, registry=registry, ask=ask),
-            agents=self._agents(provider, provider_name, store, ask),
+            agents=self._agents(provider, provider_name, store, approvals),
             routes=Routes(
                 routes=config.routes,
                 by_transport={

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -337,3 +338,33 @@ def test_cron_add_names_an_agent_that_exists(tmp_path: Path) -> None:
     assert "--agent: no agent named 'wrok' (there are: default, work)" in wrong.stderr
     right = subprocess.run([*base, "work"], env=env, capture_output=True, text=True, timeout=60)
     assert right.returncode == 0 and "(agent work)" in right.stdout
+
+
+async def test_an_agent_asks_its_own_owners(tmp_path: Path) -> None:
+    ask_me = {"mode": "ask", "owners": ["telegram:42"]}
+    setup = {
+        "agent": {
+            "system_prompt": "You are the private assistant.",
+            "workspace": str(tmp_path / "private"),
+            "approver": ask_me,
+        },
+        "agents": {
+            "work": {
+                "workspace": str(tmp_path / "work"),
+                "approver": {"mode": "ask", "owners": ["slack:U0OWNER"]},
+            }
+        },
+        "slack": {"agent": "work"},
+    }
+    async with daemon(tmp_path, **setup) as (telegram, slack, _llm):
+        run = 'run: bash {"command": "echo approved-work"}'
+        asked_text = await answer_to(slack, slack.dm_chat, slack.dm, run)
+        code = re.search(r"\[([A-Z0-9]{4})\]", asked_text)
+        assert code is not None, asked_text
+        # The default agent's owner is not the work agent's: their answer is refused.
+        refused = await answer_to(telegram, telegram.dm_chat, telegram.dm, f"yes {code[1]}")
+        assert refused == f"Only an owner can answer {code[1]}."
+        await answer_to(slack, slack.dm_chat, slack.dm, f"yes {code[1]}")
+        with anyio.fail_after(20):
+            while not any("approved-work" in d.text for d in slack.delivered()):
+                await anyio.sleep(0.1)
