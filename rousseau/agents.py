@@ -6,13 +6,13 @@ built once per agent from the configuration as that agent sees it (`Config.for_a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rousseau.config import RouteConfig
+    from rousseau.config import Config, RouteConfig
     from rousseau.transports.base import Inbound
 
 DEFAULT_AGENT = "default"
@@ -37,3 +37,23 @@ class Routes:
             ):
                 return route.agent
         return self.by_transport.get(inbound.transport, self.default)
+
+
+def routes_of(config: Config, transports: Iterable[str]) -> Routes:
+    """The routing table `config` describes, for the transports that run."""
+    by_transport = {}
+    for name in transports:
+        section = getattr(config, name, None)
+        if section is not None and section.agent is not None:
+            by_transport[name] = section.agent
+    return Routes(routes=config.routes, by_transport=by_transport, default=config.default_agent)
+
+
+def turn_limits(config: Config) -> dict[str, int]:
+    """The agents with a max_concurrent_turns of their own."""
+    sections = {DEFAULT_AGENT: config.agent, **config.agents}
+    return {
+        name: agent.max_concurrent_turns
+        for name, agent in sections.items()
+        if agent.max_concurrent_turns is not None
+    }

@@ -25,7 +25,7 @@ from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from rousseau.agent import Agent, ConfigError, Provider, TransportAuthError
-from rousseau.agents import DEFAULT_AGENT, Routes
+from rousseau.agents import DEFAULT_AGENT, routes_of, turn_limits
 from rousseau.app import build_agent, build_approver, build_registry, media_intake
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.backoff import backoff
@@ -275,16 +275,7 @@ class Daemon:
         router = Router(
             agent=build_agent(config, provider, store, registry=registry, ask=ask),
             agents=self._agents(provider, provider_name, store, approvals),
-            routes=Routes(
-                routes=config.routes,
-                by_transport={
-                    name: section.agent
-                    for name in self.transports
-                    if (section := getattr(config, name, None)) is not None
-                    and section.agent is not None
-                },
-                default=config.default_agent,
-            ),
+            routes=routes_of(config, self.transports),
             file_moves={
                 name: functools.partial(
                     move_to_workspace, self._media.blobs, source=self._media.workspace, target=ws
@@ -293,11 +284,7 @@ class Daemon:
                 if (ws := Path(config.for_agent(name).agent.workspace).expanduser())
                 != self._media.workspace
             },
-            agent_turns={
-                name: section.max_concurrent_turns
-                for name, section in {DEFAULT_AGENT: config.agent, **config.agents}.items()
-                if section.max_concurrent_turns is not None
-            },
+            agent_turns=turn_limits(config),
             approvals=approvals,
             store=store,
             transports=self.transports,
