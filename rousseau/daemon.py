@@ -25,6 +25,7 @@ from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from rousseau.agent import Agent, ConfigError, Provider, TransportAuthError
+from rousseau.agent.approval import AskFn
 from rousseau.agents import DEFAULT_AGENT, routes_of, turn_limits
 from rousseau.app import build_agent, build_approver, build_registry, media_intake
 from rousseau.approvals import ChatApprovals, load_shell_parser
@@ -108,10 +109,10 @@ class Daemon:
         self.transports = transports if transports is not None else build_transports(config, only)
         self.chat_policies = {**configured_policies(config), **(chat_policies or {})}
         self._media = media_intake(config)
-        self._providers: list[Provider] = []
-        """The providers of agents that name their own, to close with the default one."""
         """Where the transports put inbound files (its admission check is set with the
         router), and where send_file and the sweep find the blob store."""
+        self._providers: list[Provider] = []
+        """The providers of agents that name their own, to close with the default one."""
         self.metrics = Metrics()
         self.lag = LagProbe(self.metrics)
         self._stop = anyio.Event()
@@ -244,12 +245,7 @@ class Daemon:
                     chosen, functools.partial(build_provider, config, chosen, store=store)
                 )
                 self._providers.append(own)
-            ac = config.agent.approver
-            ask = (
-                approvals.asking(ac.owners, ac.approval_timeout)
-                if approvals is not None and ac is not None
-                else None
-            )
+            ask = _ask(approvals, config)
             # No cron tool: what a job runs on is the owner's choice (cron add --agent).
             registry = self._tools(config)
             self._registries.append(registry)
@@ -263,17 +259,12 @@ class Daemon:
         self._registries = [registry]
         self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
         registry.register(self._cron_tool)
-        ac = config.agent.approver
-        approvals = None
-        if ac is not None or any(a.approver is not None for a in config.agents.values()):
-            approvals = (
-                ChatApprovals(owners=ac.owners, timeout=ac.approval_timeout)
-                if ac is not None
-                else ChatApprovals()
-            )
-        ask = approvals.ask if approvals is not None and ac is not None else None
+        sections = [config.agent, *config.agents.values()]
+        approvals = ChatApprovals() if any(a.approver is not None for a in sections) else None
         router = Router(
-            agent=build_agent(config, provider, store, registry=registry, ask=ask),
+            agent=build_agent(
+                config, provider, store, registry=registry, ask=_ask(approvals, config)
+            ),
             agents=self._agents(provider, provider_name, store, approvals),
             routes=routes_of(config, self.transports),
             file_moves={
@@ -517,6 +508,15 @@ class Daemon:
                 await _respond(stream, 200, "text/plain; version=0.0.4", self.metrics.render())
             else:
                 await _respond(stream, 404, "text/plain", b"not found\n")
+
+
+def _ask(approvals: ChatApprovals | None, config: Config) -> AskFn | None:
+    """How the agent `config.agent` describes puts a question to its own approver's owners
+    in chat; None where it has no approver (its default rules ask no one)."""
+    ac = config.agent.approver
+    if approvals is None or ac is None:
+        return None
+    return approvals.asking(ac.owners, ac.approval_timeout)
 
 
 async def _built(provider: LazyProvider, started: Callable[[], None]) -> None:
