@@ -742,7 +742,6 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _agents_named_exist(self) -> Config:
-        known = {DEFAULT_AGENT, *self.agents}
         named = [("default_agent", self.default_agent)]
         named += [(f"routes[{i}].agent", r.agent) for i, r in enumerate(self.routes)]
         named += [
@@ -752,11 +751,16 @@ class Config(Section):
             and section.agent is not None
         ]
         for key, name in named:
-            if name not in known:
-                raise ValueError(
-                    f"{key}: no agent named {name!r} (there are: {', '.join(sorted(known))})"
-                )
+            if (why := self.unknown_agent(name)) is not None:
+                raise ValueError(f"{key}: {why}")
         return self
+
+    def unknown_agent(self, name: str) -> str | None:
+        """Why `name` is not one of this configuration's agents; None when it is."""
+        known = {DEFAULT_AGENT, *self.agents}
+        if name in known:
+            return None
+        return f"no agent named {name!r} (there are: {', '.join(sorted(known))})"
 
     def for_agent(self, name: str, detected: str | None = None) -> Config:
         """The configuration as agent `name` runs with it: its section as `agent:`, its

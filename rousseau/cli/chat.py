@@ -22,11 +22,10 @@ def chat(args: argparse.Namespace) -> int:
     log_to = None if args.message is not None else state_folder() / "chat.log"
     config = load(args, log_to=log_to)
     name, _why = detect_provider(config)
+    if (why := config.unknown_agent(args.agent)) is not None:
+        fail(f"--agent: {why}")
+        return 2
     if args.agent != DEFAULT_AGENT:
-        if args.agent not in config.agents:
-            known = ", ".join(sorted({DEFAULT_AGENT, *config.agents}))
-            fail(f"--agent: no agent named {args.agent!r} (there are: {known})")
-            return 2
         config = config.for_agent(args.agent, name)
         name = config.provider or name
     with Store(config.state.path) as store:

@@ -6,7 +6,6 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.cli.common import close_provider, fail, load, open_store
 
 if TYPE_CHECKING:
@@ -18,9 +17,8 @@ def add(args: argparse.Namespace) -> int:
 
     config = load(args)
     transport = args.deliver_to.partition(":")[0]
-    if args.agent != DEFAULT_AGENT and args.agent not in config.agents:
-        known = ", ".join(sorted({DEFAULT_AGENT, *config.agents}))
-        fail(f"--agent: no agent named {args.agent!r} (there are: {known})")
+    if (why := config.unknown_agent(args.agent)) is not None:
+        fail(f"--agent: {why}")
         return 2
     with open_store(args, config) as store:
         job = CronJobs(store).add_sync(
@@ -76,8 +74,8 @@ def _cron_run(config: Config, store: Any, job: Any) -> int:
     from rousseau.router import RateLimiter, Router
 
     name, _why = detect_provider(config)
-    if job.agent != DEFAULT_AGENT and job.agent not in config.agents:
-        fail(f"cron job {job.name} runs on agent {job.agent!r}, which is not configured")
+    if (why := config.unknown_agent(job.agent)) is not None:
+        fail(f"cron job {job.name} cannot run: {why}")
         return 1
     config = config.for_agent(job.agent, name)
     name = config.provider or name
