@@ -267,18 +267,21 @@ async def move_to_workspace(
     """A file that arrived into `source`'s inbox/, moved to `target`'s: the agent answering
     works in another workspace than the one files are taken into (see rousseau.agents)."""
     data = await blobs.read(attachment.sha256)
-    saved = ""
-    if data is not None:
-        save = functools.partial(
-            save_to_workspace, target, attachment.name, data, today=date.today()
-        )
-        try:
-            saved = await anyio.to_thread.run_sync(save)
-        except OSError as exc:
-            log.warning("media.workspace_copy_failed", name=attachment.name, error=str(exc))
+    saved = await _copy_to(target, attachment.name, data) if data is not None else ""
     if attachment.saved_as:  # not left where the other agent's tools would find it
         await anyio.to_thread.run_sync(_remove_copy, source, attachment.saved_as)
     return replace(attachment, saved_as=saved)
+
+
+async def _copy_to(workspace: Path, name: str, data: bytes) -> str:
+    """A file's copy in the workspace's inbox/ (see save_to_workspace), or "" when it cannot
+    be made: the file is still kept in the blob store."""
+    save = functools.partial(save_to_workspace, workspace, name, data, today=date.today())
+    try:
+        return await anyio.to_thread.run_sync(save)
+    except OSError as exc:  # e.g. a symlink the agent planted
+        log.warning("media.workspace_copy_failed", name=name, error=str(exc))
+        return ""
 
 
 def _remove_copy(workspace: Path, saved_as: str) -> None:
@@ -324,14 +327,7 @@ class MediaIntake:
         for f, data in got:
             name = safe_name(f.name)  # what the model is shown, too
             attachment = await self.blobs.put(data, media_type=f.media_type, name=name)
-            save = functools.partial(
-                save_to_workspace, self.workspace, name, data, today=date.today()
-            )
-            try:
-                saved = await anyio.to_thread.run_sync(save)
-            except OSError as exc:  # e.g. a symlink the agent planted: the file is still kept
-                log.warning("media.workspace_copy_failed", name=name, error=str(exc))
-                saved = ""
+            saved = await _copy_to(self.workspace, name, data)
             stored.append(replace(attachment, saved_as=saved))
         return Taken(attachments=tuple(stored), notes=(*transcripts, *skipped))
 
