@@ -496,9 +496,7 @@ class Router:
         """A turn's slot: its agent's own (where the agent has a limit), then the daemon's."""
         own = self._agent_limiters.get(agent)
         held = (self._limiter,) if own is None else (own, self._limiter)
-        async with contextlib.AsyncExitStack() as stack:
-            for limiter in held:
-                await stack.enter_async_context(limiter)
+        async with own or contextlib.nullcontext(), self._limiter:
             token = _in_slot.set(held)
             try:
                 yield
