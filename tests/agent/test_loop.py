@@ -37,6 +37,14 @@ from rousseau.tools import Registry, Tool
 
 pytestmark = pytest.mark.anyio
 
+T, C, R, F = (
+    StreamEventKind.TEXT,
+    StreamEventKind.TOOL_CALL,
+    StreamEventKind.TOOL_RESULT,
+    StreamEventKind.RESPONSE,
+)
+"""Event kinds, short, for the sequences the stream tests expect."""
+
 
 class Echo(Tool):
     name = "echo"
@@ -274,12 +282,6 @@ async def test_turn_stream_yields_deltas_then_tools_then_responses() -> None:
         if event.kind is StreamEventKind.TEXT:
             text += event.text
     assert text == "Let me check.All good here."
-    T, C, R, F = (
-        StreamEventKind.TEXT,
-        StreamEventKind.TOOL_CALL,
-        StreamEventKind.TOOL_RESULT,
-        StreamEventKind.RESPONSE,
-    )
     # 13 + 14 characters in 4-character deltas: 4 deltas per iteration.
     assert kinds == [T, T, T, T, F, C, R, T, T, T, T, F]
 
@@ -291,12 +293,6 @@ async def test_turn_shows_each_event_of_its_stream_and_returns_the_response() ->
     agent = Agent(provider, Registry([Echo()]), Options(approver=AllowAllApprover()))
     seen: list[StreamEventKind] = []
     response = await agent.turn(session(), on_event=lambda e: seen.append(e.kind))
-    T, C, R, F = (
-        StreamEventKind.TEXT,
-        StreamEventKind.TOOL_CALL,
-        StreamEventKind.TOOL_RESULT,
-        StreamEventKind.RESPONSE,
-    )
     assert seen == [T, T, T, T, F, C, R, T, T, T, T, F]
     assert response.message.text == "All good here."
 
