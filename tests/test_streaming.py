@@ -1,15 +1,23 @@
-"""Replies streamed into a Telegram chat through `rousseau run`: the OpenAI SDK reading a
-slowly streamed answer from the fake model, python-telegram-bot sending and editing the
-preview on the fake Bot API, which records every send and edit with its time."""
+"""Replies streamed into a chat through `rousseau run`: the OpenAI SDK reading a slowly
+streamed answer from the fake model, python-telegram-bot sending and editing the preview on
+the fake Bot API, which records every send and edit with its time; and a kill -9 mid-stream
+on Slack and Discord (their fakes) and Matrix (the real Synapse) too."""
 
 from __future__ import annotations
 
 import itertools
 import signal
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
 
 from rousseau.transports.split import split_message, utf16_len
 from rousseau.transports.telegram import MAX_LENGTH
+from tests.fakes.discord import OWNER_ID as DISCORD_OWNER
+from tests.fakes.discord import FakeDiscord
 from tests.fakes.llm import (
     FakeLLMServer,
     Recorded,
@@ -17,10 +25,12 @@ from tests.fakes.llm import (
     openai_completion,
     openai_stream,
 )
+from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.faults.support import edit_config, wait_until
 from tests.helpers import ROUSSEAU  # noqa: F401 - the daemon fixtures run it
 from tests.test_daemon import Daemon, daemon, llm, model, telegram  # noqa: F401 - fixtures
+from tests.transports.harness_matrix import MatrixHarness
 
 ANSWER = " ".join(f"word{i}" for i in range(120))
 """Streamed in 30 events 0.12 s apart: about 3.5 s of writing."""
@@ -181,4 +191,95 @@ def test_native_drafts_show_the_answer_as_it_is_written_then_it_is_sent_once(
     [first_token] = llm.first_tokens
     assert 0.9 <= drafts[0].at - first_token < 3.0  # as for edits
     assert all(b.at - a.at >= 0.9 for a, b in itertools.pairwise(drafts))
+    assert daemon.stop() == 0
+
+
+@dataclass
+class Platform:
+    """A chat platform as the kill test needs it: its config section, what its direct chat
+    shows of the bot's messages, how to ask there, and a count of the bot's connections."""
+
+    name: str
+    section: dict[str, Any]
+    shown: Callable[[], list[str]]
+    ask: Callable[[str], None]
+    connections: Callable[[], int]
+    wait_connections: Callable[[int], None]
+
+
+@pytest.fixture(params=["slack", "discord", "matrix"])
+def platform(request: pytest.FixtureRequest) -> Iterator[Platform]:
+    if request.param == "slack":
+        slack = FakeSlack().start()
+        yield Platform(
+            name=request.param,
+            section={
+                "app_token": slack.app_token,
+                "bot_token": slack.bot_token,
+                "base_url": slack.url + "/api/",
+                "allowlist": ["U0OWNER"],
+            },
+            shown=lambda: [p.shown for p in slack.posted],
+            ask=lambda text: slack.message(text),
+            connections=lambda: slack.connections,
+            wait_connections=lambda n: slack.wait_connections(n, timeout=30),
+        )
+        slack.stop()
+    elif request.param == "discord":
+        discord = FakeDiscord().start()
+        yield Platform(
+            name=request.param,
+            section={
+                "token": discord.token,
+                "api_base": discord.api_base,
+                "gateway_url": discord.gateway_url,
+                "allowlist": [DISCORD_OWNER],
+            },
+            shown=lambda: [m.shown for m in discord.sent],
+            ask=lambda text: discord.dm(text),
+            connections=lambda: discord.identifies,
+            wait_connections=lambda n: discord.wait_ready(n, timeout=30),
+        )
+        discord.stop()
+    else:
+        matrix = MatrixHarness(request.getfixturevalue("synapse"))
+        yield Platform(  # the real homeserver keeps what is sent until the bot syncs
+            name="matrix",
+            section={
+                "homeserver_url": matrix.synapse.url,
+                "user_id": matrix.bot["user_id"],
+                "password": matrix.bot_password,
+                "allowlist": [matrix.owner],
+            },
+            shown=matrix.shown,
+            ask=lambda text: matrix.dm(text),
+            connections=lambda: 0,
+            wait_connections=lambda n: None,
+        )
+
+
+def test_a_kill_mid_stream_on_slack_discord_or_matrix_leaves_one_complete_answer(
+    platform: Platform,
+    daemon: Daemon,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    """As on Telegram above, through the Slack and Discord adapters on their fakes and the
+    Matrix adapter on the real Synapse: the preview the killed daemon left is finished by
+    the next one, never answered twice."""
+    edit_config(daemon, lambda c: c.update({platform.name: platform.section}))
+    llm.responder = lambda r: slowly(pace=0.3)  # about 9 s: killed well before the end
+    daemon.start()
+    platform.wait_connections(1)
+    platform.ask("tell me a long story")
+    assert wait_until(lambda: len(platform.shown()) == 1, timeout=20), daemon.log.read_text()
+    time.sleep(0.5)  # its id is kept
+    daemon.stop(signal.SIGKILL)
+    assert platform.shown()[0] != ANSWER
+    llm.responder = lambda r: slowly(pace=0.05)
+    before = platform.connections()
+    daemon.start()
+    platform.wait_connections(before + 1)
+    wait_until(lambda: platform.shown() == [ANSWER], timeout=30)
+    time.sleep(1.0)
+    assert platform.shown() == [ANSWER], daemon.log.read_text()[-3000:]  # one message, whole
     assert daemon.stop() == 0

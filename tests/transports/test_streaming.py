@@ -2,7 +2,7 @@
 Slack and Discord on their fakes, Matrix on the real Synapse): the answer grows in one
 message, edited at most once a second, and ends as the model's answer exactly; an answer
 longer than a message ends split as a whole reply would be; /stop cuts a running bash call.
-The whole daemon's streaming (kill -9, a Telegram 429) is in tests/test_streaming.py."""
+The whole daemon's streaming (kill -9 on each, a Telegram 429) is in tests/test_streaming.py."""
 
 from __future__ import annotations
 
