@@ -17,6 +17,7 @@ from tests.fakes.llm import FakeLLMServer
 from tests.helpers import unavailable
 from tests.mail.dovecot import Dovecot, dovecot_binary
 from tests.matrix.synapse import Synapse, synapse_python
+from tests.postgres.server import Postgres, postgres_bin
 
 # Imported here, on the main thread: a first import inside a worker thread (fakes call
 # anyio.from_thread there) compiles under pytest's assertion rewriter while other threads
@@ -60,6 +61,25 @@ def anyio_backend() -> str:
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLMServer]:
     server = FakeLLMServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A real PostgreSQL 15 server for this test session."""
+    folder = postgres_bin()
+    if folder is None:
+        unavailable(
+            "PostgreSQL 15 is not installed: apt-get install postgresql-15, as .ci/run does,"
+            " or set ROUSSEAU_TEST_PG_BIN to its folder of binaries"
+        )
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        unavailable("psycopg is not installed: pip install -e '.[postgres]'")
+    assert folder is not None
+    server = Postgres(folder).start()
     yield server
     server.stop()
 

@@ -1,5 +1,6 @@
-"""Durable state: the SQLite session store and its migrations."""
+"""Durable state: sessions and messages, the daemon's inbox and outbox, cron, recall."""
 
-from rousseau.state.store import SearchHit, SessionInfo, Store, new_session_id
+from rousseau.state.protocol import SearchHit, SessionInfo, SessionStore
+from rousseau.state.store import Store, new_session_id
 
-__all__ = ["SearchHit", "SessionInfo", "Store", "new_session_id"]
+__all__ = ["SearchHit", "SessionInfo", "SessionStore", "Store", "new_session_id"]

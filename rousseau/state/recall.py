@@ -11,13 +11,12 @@ import sqlite3
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from rousseau.agent import Role, Session
 from rousseau.agents import DEFAULT_AGENT
-from rousseau.state.store import Store
+from rousseau.state.protocol import Recalled, SessionStore
 
 Scope = Literal["sender", "all"]
 MAX_TERMS = 16
@@ -68,30 +67,32 @@ def telling_words(db: sqlite3.Connection, words: list[str]) -> list[str]:
     little about a message, and ranking their matches would scan much of the index. Each
     word's count is taken up to the cap only, so asking costs little even for common ones;
     and only the PROBED longest words are asked about, however long the message."""
-    words = sorted(words, key=len, reverse=True)[:PROBED]
     counts: dict[str, int] = {}
-    for word in words:
+    for word in probed(words):
         (counts[word],) = db.execute(
             "SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
             " LIMIT ?)",
             (f'"{word}"', CANDIDATES + 1),
         ).fetchone()
+    return rarest(counts)
+
+
+def probed(words: list[str]) -> list[str]:
+    """The words whose frequency is looked up: the PROBED longest."""
+    return sorted(words, key=len, reverse=True)[:PROBED]
+
+
+def rarest(counts: dict[str, int]) -> list[str]:
+    """Of words and their match counts (each capped just above CANDIDATES), the rarest
+    whose matches together stay under CANDIDATES, at most MAX_TERMS of them."""
     chosen: list[str] = []
     total = 0
-    for word in sorted((w for w in words if counts[w]), key=counts.__getitem__):
+    for word in sorted((w for w in counts if counts[w]), key=counts.__getitem__):
         if total + counts[word] > CANDIDATES or len(chosen) == MAX_TERMS:
             break
         chosen.append(word)
         total += counts[word]
     return chosen
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Recalled:
-    session_id: str
-    role: str
-    snippet: str
-    created_at: float
 
 
 def search_op(
@@ -177,7 +178,7 @@ class SQLiteRecall:
 
     def __init__(
         self,
-        store: Store,
+        store: SessionStore,
         top_k: int = 5,
         scope: Scope = "sender",
         cache: int = 256,
@@ -193,14 +194,13 @@ class SQLiteRecall:
         self._cache_size = cache
 
     async def recall(self, session: Session, text: str) -> list[Recalled]:
-        op = search_op(
+        return await self.store.recall(
             text,
             self.top_k,
             exclude=session.id,
             scope_of=session.id if self.scope == "sender" else None,
             agent=self.agent,
         )
-        return await self.store.call(op)
 
     async def appendix(self, session: Session) -> str:
         text = last_user_text(session)

@@ -12,7 +12,6 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,35 +22,13 @@ from rousseau.agent import Compaction, Content, Message, Role, Session, StoreErr
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.migrations import migrate
+from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.worker import DBWorker, WorkerTimeout
 
 T = TypeVar("T")
 log = structlog.get_logger("rousseau.state")
 
 TITLE_LENGTH = 60
-
-
-@dataclass(kw_only=True, slots=True)
-class SessionInfo:
-    """A session as listed: no messages, just what identifies it and what it cost."""
-
-    id: str
-    title: str
-    message_count: int
-    created_at: float
-    updated_at: float
-    usage: Usage
-    agent: str = DEFAULT_AGENT
-    """The agent whose session it is."""
-
-
-@dataclass(kw_only=True, slots=True)
-class SearchHit:
-    session_id: str
-    title: str
-    role: Role
-    text: str
-    created_at: float
 
 
 def new_session_id() -> str:
@@ -481,6 +458,12 @@ class Store:
         self, limit: int = 50, session_id: str | None = None
     ) -> list[ToolCallRecord]:
         """The newest audit records first."""
+        return self.call_sync(self._tool_calls(limit, session_id))
+
+    @staticmethod
+    def _tool_calls(
+        limit: int, session_id: str | None
+    ) -> Callable[[sqlite3.Connection], list[ToolCallRecord]]:
         where, args = (
             ("WHERE session_id = ?", (session_id, limit)) if session_id else ("", (limit,))
         )
@@ -506,7 +489,26 @@ class Store:
                 for r in rows
             ]
 
-        return self.call_sync(op)
+        return op
+
+    async def tool_calls(
+        self, limit: int = 50, session_id: str | None = None
+    ) -> list[ToolCallRecord]:
+        return await self.call(self._tool_calls(limit, session_id))
+
+    async def recall(
+        self,
+        text: str,
+        limit: int,
+        *,
+        exclude: str | None = None,
+        scope_of: str | None = None,
+        agent: str | None = None,
+    ) -> list[Recalled]:
+        from rousseau.state.recall import search_op
+
+        op = search_op(text, limit, exclude=exclude, scope_of=scope_of, agent=agent)
+        return await self.call(op)
 
     async def set_scope(
         self,
