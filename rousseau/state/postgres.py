@@ -91,6 +91,68 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX tool_calls_session ON tool_calls (session_id, started_at)",
         ),
     ),
+    Migration(
+        2,
+        "daemons and their claims: inbox, outbox, chat-to-session map",
+        (
+            """CREATE TABLE daemons (
+                id TEXT PRIMARY KEY,
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                started_at DOUBLE PRECISION NOT NULL,
+                beat_at DOUBLE PRECISION NOT NULL
+            )""",
+            """CREATE TABLE inbox (
+                transport TEXT NOT NULL,
+                message_id TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                sender_id TEXT NOT NULL,
+                thread_id TEXT,
+                text TEXT NOT NULL,
+                is_group BOOLEAN NOT NULL DEFAULT FALSE,
+                mentioned BOOLEAN NOT NULL DEFAULT FALSE,
+                at DOUBLE PRECISION NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'ignored', 'failed')),
+                appended BIGINT NOT NULL DEFAULT 0,
+                received_at DOUBLE PRECISION NOT NULL,
+                error TEXT,
+                attachments TEXT,
+                refusal TEXT NOT NULL DEFAULT '',
+                files_out JSONB,
+                preview TEXT,
+                claimed_by TEXT,
+                PRIMARY KEY (transport, message_id)
+            )""",
+            "CREATE INDEX inbox_pending ON inbox (received_at) WHERE status = 'pending'",
+            "CREATE INDEX inbox_received ON inbox (received_at)",
+            """CREATE TABLE outbox (
+                id BIGSERIAL PRIMARY KEY,
+                transport TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                thread_id TEXT,
+                reply_to TEXT,
+                text TEXT NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'failed')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at DOUBLE PRECISION NOT NULL,
+                last_error TEXT,
+                created_at DOUBLE PRECISION NOT NULL,
+                sent_at DOUBLE PRECISION,
+                buttons TEXT,
+                attachment TEXT,
+                replaces TEXT,
+                claimed_by TEXT
+            )""",
+            "CREATE INDEX outbox_due ON outbox (transport, next_attempt_at)"
+            " WHERE status = 'pending'",
+            "CREATE INDEX outbox_finished ON outbox (created_at) WHERE status != 'pending'",
+            """CREATE TABLE chat_sessions (
+                session_key TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL
+            )""",
+        ),
+    ),
 )
 
 
@@ -134,7 +196,9 @@ class PostgresStore:
         return store
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncConnection[Any]]:
+    async def transaction(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A connection of the pool inside a transaction; psycopg's errors become
+        StoreError."""
         import psycopg
 
         try:
@@ -144,7 +208,7 @@ class PostgresStore:
             raise StoreError(f"session store: {exc}") from exc
 
     async def _migrate(self) -> list[int]:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             await db.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY,"
@@ -172,7 +236,7 @@ class PostgresStore:
     async def create_session(self, session_id: str | None = None, title: str = "") -> Session:
         sid = session_id or new_session_id()
         now = time.time()
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             await db.execute(
                 "INSERT INTO sessions (id, title, created_at, updated_at) VALUES (%s, %s, %s, %s)"
                 " ON CONFLICT (id) DO NOTHING",
@@ -181,7 +245,7 @@ class PostgresStore:
         return Session(id=sid)
 
     async def load(self, session_id: str) -> Session | None:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             cursor = await db.execute("SELECT summary FROM sessions WHERE id = %s", (session_id,))
             row = await cursor.fetchone()
             if row is None:
@@ -210,7 +274,7 @@ class PostgresStore:
         title = _title(text) if message.role is Role.USER else ""
         u = usage or Usage()
         now = time.time()
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             await db.execute(
                 "INSERT INTO sessions (id, title, created_at, updated_at, message_count,"
                 " input_tokens, output_tokens, cache_read_tokens, cache_write_tokens)"
@@ -250,7 +314,7 @@ class PostgresStore:
 
     async def compact(self, session_id: str, compaction: Compaction) -> None:
         summary = json.dumps([c.to_dict() for c in compaction.summary.content], ensure_ascii=False)
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             cursor = await db.execute(
                 "SELECT summary FROM sessions WHERE id = %s FOR UPDATE", (session_id,)
             )
@@ -269,7 +333,7 @@ class PostgresStore:
             )
 
     async def list_sessions(self, limit: int = 50) -> list[SessionInfo]:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             cursor = await db.execute(
                 "SELECT id, title, message_count, created_at, updated_at, input_tokens,"
                 " output_tokens, cache_read_tokens, cache_write_tokens, agent FROM sessions"
@@ -296,12 +360,12 @@ class PostgresStore:
         ]
 
     async def delete_session(self, session_id: str) -> bool:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             cursor = await db.execute("DELETE FROM sessions WHERE id = %s", (session_id,))
             return cursor.rowcount > 0
 
     async def get_external_session(self, session_id: str, provider: str) -> str | None:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             cursor = await db.execute(
                 "SELECT external_id FROM external_sessions WHERE session_id = %s AND provider = %s",
                 (session_id, provider),
@@ -311,7 +375,7 @@ class PostgresStore:
 
     async def set_external_session(self, session_id: str, provider: str, external: str) -> None:
         now = time.time()
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             await db.execute(
                 "INSERT INTO sessions (id, title, created_at, updated_at) VALUES (%s, '', %s, %s)"
                 " ON CONFLICT (id) DO NOTHING",
@@ -327,7 +391,7 @@ class PostgresStore:
     async def set_scope(
         self, session_id: str, *, owner: str | None, chat: str | None, agent: str = DEFAULT_AGENT
     ) -> None:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             await db.execute(
                 "UPDATE sessions SET owner = %s, chat = %s, agent = %s WHERE id = %s",
                 (owner, chat, agent, session_id),
@@ -336,7 +400,7 @@ class PostgresStore:
     # -- the audit trail -------------------------------------------------------------------
 
     async def record_tool_call(self, record: ToolCallRecord) -> None:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             await db.execute(
                 "INSERT INTO tool_calls (session_id, tool, input_digest, decision, decided_by,"
                 " reason, started_at, duration, outcome)"
@@ -360,7 +424,7 @@ class PostgresStore:
         where, args = (
             ("WHERE session_id = %s", (session_id, limit)) if session_id else ("", (limit,))
         )
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             cursor = await db.execute(
                 "SELECT session_id, tool, input_digest, decision, decided_by, reason, started_at,"
                 f" duration, outcome FROM tool_calls {where} ORDER BY id DESC LIMIT %s",
@@ -393,7 +457,7 @@ class PostgresStore:
         scope_of: str | None = None,
         agent: str | None = None,
     ) -> list[Recalled]:
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             where, args = await _scope(db, exclude=exclude, scope_of=scope_of, agent=agent)
             if where:
                 cursor = await db.execute(f"SELECT 1 FROM sessions s WHERE TRUE {where}", args)
@@ -416,7 +480,7 @@ class PostgresStore:
         match = every_prefix(words_of(query, recall=False)[:16])
         if match is None:
             return []
-        async with self._transaction() as db:
+        async with self.transaction() as db:
             found = await _found(db, match, "", [], limit, ranked=limit * 10)
             cursor = await db.execute(
                 "SELECT id, title FROM sessions WHERE id = ANY(%s)",

@@ -1,0 +1,358 @@
+"""The daemon's inbox, outbox and chat map on PostgreSQL, shared by several daemons.
+
+Each daemon registers itself (`daemons`) and beats while it lives. Work is claimed by a
+daemon's id: an inbound by the daemon that accepted it, outbox parts by the daemon that takes
+them to send (`FOR UPDATE SKIP LOCKED`, so two daemons never take the same part). A daemon
+whose last beat is older than the lease is dead: what it had claimed and not finished is
+taken over by whichever daemon asks next. The lease is the only clock that matters: a live
+daemon beats several times within it, so its claims are never taken while it works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Collection
+
+from rousseau.agent import Attachment, Content
+from rousseau.agents import DEFAULT_AGENT
+from rousseau.state.daemon_state import (
+    OutboxRow,
+    Progress,
+    _files,
+    _files_json,
+    _sent_files,
+)
+from rousseau.state.postgres import PostgresStore
+from rousseau.transports.base import Inbound, Outbound
+
+LEASE = 30.0
+"""Seconds after its last beat that a daemon counts as dead and its claims are taken over."""
+
+_DEAD = "(SELECT id FROM daemons WHERE beat_at < %(stale)s)"
+"""The daemons whose claims may be taken over."""
+
+_INBOUND = (
+    "transport, chat_id, sender_id, message_id, text, is_group, mentioned, thread_id, at,"
+    " attachments, refusal"
+)
+
+
+def _inbound(r: tuple[object, ...]) -> Inbound:
+    return Inbound(
+        transport=str(r[0]),
+        chat_id=str(r[1]),
+        sender_id=str(r[2]),
+        message_id=str(r[3]),
+        text=str(r[4]),
+        is_group=bool(r[5]),
+        mentioned=bool(r[6]),
+        thread_id=None if r[7] is None else str(r[7]),
+        at=float(r[8]),  # type: ignore[arg-type]
+        attachments=_files(r[9]),  # type: ignore[arg-type]
+        refusal=str(r[10]),
+    )
+
+
+class PostgresDaemonState:
+    """DaemonState's inbox, outbox and chat map on a PostgresStore, claimed per daemon."""
+
+    def __init__(self, store: PostgresStore, *, lease: float = LEASE) -> None:
+        self.store = store
+        self.lease = lease
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        """This daemon, as its claims name it."""
+
+    def _stale(self) -> float:
+        return time.time() - self.lease
+
+    async def beat(self) -> None:
+        """Say this daemon lives (call it well within every lease: a third of it)."""
+        now = time.time()
+        async with self.store.transaction() as db:
+            await db.execute(
+                "INSERT INTO daemons (id, host, pid, started_at, beat_at)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET beat_at = %s",
+                (self.id, socket.gethostname(), os.getpid(), now, now, now),
+            )
+
+    async def leave(self) -> None:
+        """A clean stop: this daemon's unfinished claims are free at once, not after the
+        lease."""
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE inbox SET claimed_by = NULL WHERE claimed_by = %s AND status = 'pending'",
+                (self.id,),
+            )
+            await db.execute(
+                "UPDATE outbox SET claimed_by = NULL WHERE claimed_by = %s AND status = 'pending'",
+                (self.id,),
+            )
+            await db.execute("DELETE FROM daemons WHERE id = %s", (self.id,))
+
+    # -- inbox -----------------------------------------------------------------------------
+
+    async def accept(self, inbound: Inbound, *, ignored: bool = False) -> bool:
+        """Record an inbound, claimed by this daemon; False if it was seen before (by any
+        daemon)."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "INSERT INTO inbox (transport, message_id, chat_id, sender_id, thread_id, text,"
+                " is_group, mentioned, at, status, received_at, attachments, refusal, claimed_by)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (transport, message_id) DO NOTHING",
+                (
+                    inbound.transport,
+                    inbound.message_id,
+                    inbound.chat_id,
+                    inbound.sender_id,
+                    inbound.thread_id,
+                    inbound.text,
+                    inbound.is_group,
+                    inbound.mentioned,
+                    inbound.at,
+                    "ignored" if ignored else "pending",
+                    time.time(),
+                    _files_json(inbound.attachments),
+                    inbound.refusal,
+                    None if ignored else self.id,
+                ),
+            )
+            return cursor.rowcount > 0
+
+    async def mark_appended(self, inbound: Inbound, session_id: str) -> None:
+        """Remember the row of the user message just appended (see DaemonState)."""
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE inbox SET appended = coalesce((SELECT max(id) FROM messages"
+                " WHERE session_id = %s), 1) WHERE transport = %s AND message_id = %s",
+                (session_id, inbound.transport, inbound.message_id),
+            )
+
+    async def progress(self, inbound: Inbound, session_id: str) -> Progress:
+        """Where an inbound's turn got to before a stop or a failure, in one read."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT appended, files_out, preview FROM inbox"
+                " WHERE transport = %s AND message_id = %s",
+                (inbound.transport, inbound.message_id),
+            )
+            row = await cursor.fetchone()
+            if not row:
+                return Progress()
+            preview = [str(i) for i in json.loads(row[2] or "[]")]
+            if not row[0]:
+                return Progress(preview=preview)
+            cursor = await db.execute(
+                "SELECT role, content, text FROM messages WHERE session_id = %s AND id > %s"
+                " ORDER BY id DESC LIMIT 1",
+                (session_id, row[0]),
+            )
+            last = await cursor.fetchone()
+        if last is None or last[0] != "assistant":
+            return Progress(appended=True, preview=preview)
+        if "tool_use" in {part.get("type") for part in json.loads(last[1])}:
+            return Progress(appended=True, preview=preview)
+        files = _sent_files(json.dumps(row[1]) if row[1] is not None else None)
+        return Progress(appended=True, done=str(last[2]), files=files, preview=preview)
+
+    async def shown_preview(self, inbound: Inbound, ids: list[str]) -> None:
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE inbox SET preview = %s WHERE transport = %s AND message_id = %s",
+                (json.dumps(ids), inbound.transport, inbound.message_id),
+            )
+
+    async def sent_file(self, inbound: Inbound, attachment: Attachment, caption: str) -> None:
+        entry = {"file": Content.of_attachment(attachment).to_dict(), "caption": caption}
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE inbox SET files_out = coalesce(files_out, '[]'::jsonb)"
+                " || jsonb_build_array(%s::jsonb) WHERE transport = %s AND message_id = %s",
+                (json.dumps(entry), inbound.transport, inbound.message_id),
+            )
+
+    async def forget_sent_files(self, inbound: Inbound) -> None:
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE inbox SET files_out = NULL WHERE transport = %s AND message_id = %s"
+                " AND files_out IS NOT NULL",
+                (inbound.transport, inbound.message_id),
+            )
+
+    async def pending(self) -> list[Inbound]:
+        """Inbound messages accepted but not yet answered, oldest first: this daemon's own,
+        unclaimed ones, and those of dead daemons, which are claimed for this one here."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
+                f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
+                f" AND (claimed_by IS NULL OR claimed_by = %(me)s OR claimed_by IN {_DEAD}"
+                f" OR claimed_by NOT IN (SELECT id FROM daemons))"
+                f" FOR UPDATE SKIP LOCKED) RETURNING {_INBOUND}, received_at",
+                {"me": self.id, "stale": self._stale()},
+            )
+            rows = await cursor.fetchall()
+        rows.sort(key=lambda r: r[-1])
+        return [_inbound(r) for r in rows]
+
+    async def finish(
+        self, inbound: Inbound | None, parts: list[Outbound], *, error: str | None = None
+    ) -> None:
+        """In one transaction: queue the reply parts and mark the inbound done (or failed)."""
+        now = time.time()
+        async with self.store.transaction() as db:
+            async with db.cursor() as cursor:
+                await cursor.executemany(
+                    "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
+                    " next_attempt_at, created_at, buttons, attachment, replaces)"
+                    " VALUES (%s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s)",
+                    [
+                        (
+                            p.transport,
+                            p.chat_id,
+                            p.thread_id,
+                            p.reply_to,
+                            p.text,
+                            now,
+                            now,
+                            json.dumps(list(p.buttons)) if p.buttons else None,
+                            _files_json((p.attachment,) if p.attachment else ()),
+                            p.replaces,
+                        )
+                        for p in parts
+                    ],
+                )
+            if inbound is not None:
+                await db.execute(
+                    "UPDATE inbox SET status = %s, error = %s, claimed_by = NULL"
+                    " WHERE transport = %s AND message_id = %s",
+                    (
+                        "done" if error is None else "failed",
+                        error,
+                        inbound.transport,
+                        inbound.message_id,
+                    ),
+                )
+
+    # -- outbox ----------------------------------------------------------------------------
+
+    async def due(
+        self, transport: str, limit: int = 50, *, skip: Collection[str] = ()
+    ) -> list[OutboxRow]:
+        """Parts ready to send, oldest first, none of the chats in `skip`; each is claimed
+        for this daemon, so no other daemon sends it while this one lives."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"UPDATE outbox SET claimed_by = %(me)s WHERE id IN (SELECT id FROM outbox o"
+                f" WHERE status = 'pending' AND transport = %(transport)s"
+                f" AND next_attempt_at <= %(now)s AND NOT (chat_id = ANY(%(skip)s))"
+                f" AND (claimed_by IS NULL OR claimed_by = %(me)s OR claimed_by IN {_DEAD}"
+                f" OR claimed_by NOT IN (SELECT id FROM daemons))"
+                # A part never overtakes an earlier one of its chat that waits for a retry,
+                # or that another daemon is sending.
+                f" AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
+                f" AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id < o.id"
+                f" AND (e.next_attempt_at > %(now)s OR e.claimed_by != %(me)s))"
+                f" ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+                f" RETURNING id, transport, chat_id, thread_id, reply_to, text, attempts,"
+                f" buttons, attachment, replaces",
+                {
+                    "me": self.id,
+                    "stale": self._stale(),
+                    "transport": transport,
+                    "now": time.time(),
+                    "skip": list(skip),
+                    "limit": limit,
+                },
+            )
+            rows = await cursor.fetchall()
+        rows.sort(key=lambda r: r[0])
+        return [
+            OutboxRow(
+                id=r[0],
+                message=Outbound(
+                    transport=r[1],
+                    chat_id=r[2],
+                    thread_id=r[3],
+                    reply_to=r[4],
+                    text=r[5],
+                    buttons=tuple(json.loads(r[7])) if r[7] else (),
+                    attachment=next(iter(_files(r[8])), None),
+                    replaces=r[9],
+                ),
+                attempts=r[6],
+            )
+            for r in rows
+        ]
+
+    async def next_due_at(self, transport: str) -> float | None:
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT min(next_attempt_at) FROM outbox WHERE status = 'pending'"
+                " AND transport = %s",
+                (transport,),
+            )
+            row = await cursor.fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def sent(self, row_id: int) -> None:
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE outbox SET status = 'sent', sent_at = %s, attempts = attempts + 1"
+                " WHERE id = %s",
+                (time.time(), row_id),
+            )
+
+    async def retry_later(self, row_id: int, delay: float, error: str, *, give_up: bool) -> None:
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = %s,"
+                " last_error = %s, status = %s WHERE id = %s",
+                (time.time() + delay, error[:500], "failed" if give_up else "pending", row_id),
+            )
+
+    async def outbox_pending(self, transports: Collection[str] | None = None) -> int:
+        where = "" if transports is None else " AND transport = ANY(%s)"
+        args = () if transports is None else (list(transports),)
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"SELECT count(*) FROM outbox WHERE status = 'pending'{where}", args
+            )
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    # -- chats and sessions ----------------------------------------------------------------
+
+    async def session_for(self, session_key: str) -> str | None:
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT session_id FROM chat_sessions WHERE session_key = %s", (session_key,)
+            )
+            row = await cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    async def bind_session(
+        self,
+        session_key: str,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        chat: str | None = None,
+        agent: str = DEFAULT_AGENT,
+    ) -> None:
+        async with self.store.transaction() as db:
+            await db.execute(
+                "INSERT INTO chat_sessions (session_key, session_id, updated_at)"
+                " VALUES (%s, %s, %s) ON CONFLICT (session_key) DO UPDATE SET"
+                " session_id = excluded.session_id, updated_at = excluded.updated_at",
+                (session_key, session_id, time.time()),
+            )
+            await db.execute(
+                "UPDATE sessions SET owner = coalesce(owner, %s), chat = coalesce(chat, %s),"
+                " agent = %s WHERE id = %s",
+                (owner, chat, agent, session_id),
+            )

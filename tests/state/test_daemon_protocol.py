@@ -1,0 +1,163 @@
+"""The daemon's inbox, outbox and chat map on both backends (SQLite's DaemonState, and
+PostgreSQL's, which several daemons share), then what only the shared one does: claims that
+two daemons never both hold, and a dead daemon's work taken over after its lease."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rousseau.agent import Message
+from rousseau.state import Store
+from rousseau.state.daemon_state import DaemonState
+from rousseau.transports.base import Inbound, Outbound
+from tests.postgres.server import Postgres
+
+pytestmark = pytest.mark.anyio
+
+
+def inbound(n: int, chat: str = "42") -> Inbound:
+    return Inbound(
+        transport="telegram", chat_id=chat, sender_id=chat, message_id=str(n), text=f"m{n}"
+    )
+
+
+def part(text: str, chat: str = "42") -> Outbound:
+    return Outbound(transport="telegram", chat_id=chat, text=text)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def state(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "sqlite":
+        store = Store(tmp_path / "state.db")
+        yield DaemonState(store)
+        await store.aclose()
+        return
+    from rousseau.state.postgres import PostgresStore
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+
+    server: Postgres = request.getfixturevalue("postgres")
+    pg = await PostgresStore.open(server.new_database())
+    made = PostgresDaemonState(pg)
+    await made.beat()
+    yield made
+    await pg.aclose()
+
+
+async def test_an_inbound_is_accepted_once_and_pending_until_finished(state: Any) -> None:
+    assert await state.accept(inbound(1)) is True
+    assert await state.accept(inbound(1)) is False  # a redelivery
+    assert await state.accept(inbound(2), ignored=True) is True
+    assert [i.message_id for i in await state.pending()] == ["1"]
+    await state.finish(inbound(1), [part("a"), part("b")])
+    assert await state.pending() == []
+    assert await state.outbox_pending() == 2
+    assert await state.outbox_pending(["slack"]) == 0
+
+
+async def test_the_outbox_keeps_each_chats_order_and_retries(state: Any) -> None:
+    await state.finish(None, [part("a1", "A"), part("b1", "B"), part("a2", "A")])
+    due = await state.due("telegram")
+    assert [r.message.text for r in due] == ["a1", "b1", "a2"]
+    assert [r.message.text for r in await state.due("telegram", skip=["A"])] == ["b1"]
+    first = due[0]
+    await state.retry_later(first.id, 60, "429", give_up=False)
+    # a2 never overtakes a1, which waits for its retry; B goes on.
+    assert [r.message.text for r in await state.due("telegram")] == ["b1"]
+    await state.sent(due[1].id)
+    assert await state.due("telegram") == []
+    assert await state.next_due_at("telegram") is not None
+    assert await state.outbox_pending() == 2
+    await state.retry_later(first.id, 0, "gone", give_up=True)
+    assert [r.message.text for r in await state.due("telegram")] == ["a2"]
+
+
+async def test_a_chat_is_bound_to_its_session(state: Any) -> None:
+    assert await state.session_for("telegram:42") is None
+    await state.store.create_session("s1")
+    await state.bind_session("telegram:42", "s1", owner="telegram:42", chat="telegram:42")
+    assert await state.session_for("telegram:42") == "s1"
+    await state.store.create_session("s2")
+    await state.bind_session("telegram:42", "s2")
+    assert await state.session_for("telegram:42") == "s2"
+
+
+async def test_progress_tells_a_finished_turn_from_an_unfinished_one(state: Any) -> None:
+    store = state.store
+    await store.create_session("s")
+    await state.accept(inbound(1))
+    assert (await state.progress(inbound(1), "s")).appended is False
+    await store.append_message("s", Message.user("m1"))
+    await store.flush("s")
+    await state.mark_appended(inbound(1), "s")
+    await state.shown_preview(inbound(1), ["900"])
+    progress = await state.progress(inbound(1), "s")
+    assert (progress.appended, progress.done, progress.preview) == (True, None, ["900"])
+    await store.append_message("s", Message.assistant("the answer"))
+    await store.flush("s")
+    assert (await state.progress(inbound(1), "s")).done == "the answer"
+
+
+async def pg_daemons(server: Postgres, lease: float = 30.0) -> tuple[Any, Any, Any]:
+    from rousseau.state.postgres import PostgresStore
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+
+    pg = await PostgresStore.open(server.new_database())
+    one, two = PostgresDaemonState(pg, lease=lease), PostgresDaemonState(pg, lease=lease)
+    await one.beat()
+    await two.beat()
+    return pg, one, two
+
+
+async def test_two_daemons_never_take_the_same_outbox_part(postgres: Postgres) -> None:
+    pg, one, two = await pg_daemons(postgres)
+    await one.finish(None, [part(f"p{i}", chat=str(i % 10)) for i in range(200)])
+    taken: dict[str, list[int]] = {"one": [], "two": []}
+
+    async def drain(name: str, daemon: Any) -> None:
+        while rows := await daemon.due("telegram", limit=7):
+            for row in rows:
+                taken[name].append(row.id)
+                await daemon.sent(row.id)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drain, "one", one)
+        tg.start_soon(drain, "two", two)
+    assert sorted(taken["one"] + taken["two"]) == sorted(set(taken["one"] + taken["two"]))
+    assert len(taken["one"]) + len(taken["two"]) == 200
+    assert await one.outbox_pending() == 0
+    await pg.aclose()
+
+
+async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Postgres) -> None:
+    pg, one, two = await pg_daemons(postgres, lease=0.5)
+    await one.accept(inbound(1))
+    await one.finish(None, [part("reply")])
+    assert [r.message.text for r in await one.due("telegram")] == ["reply"]
+    # While `one` beats, its inbound and its part are its own.
+    assert await two.pending() == [] and await two.due("telegram") == []
+    await anyio.sleep(0.3)
+    await one.beat()
+    await anyio.sleep(0.3)
+    await two.beat()
+    assert await two.pending() == [] and await two.due("telegram") == []
+    # `one` dies (no more beats): after the lease, `two` takes both over.
+    await anyio.sleep(0.7)
+    await two.beat()
+    assert [i.message_id for i in await two.pending()] == ["1"]
+    assert [r.message.text for r in await two.due("telegram")] == ["reply"]
+    await pg.aclose()
+
+
+async def test_a_daemon_that_leaves_frees_its_claims_at_once(postgres: Postgres) -> None:
+    pg, one, two = await pg_daemons(postgres)
+    await one.accept(inbound(1))
+    assert await two.pending() == []
+    await one.leave()
+    assert [i.message_id for i in await two.pending()] == ["1"]
+    assert await one.accept(inbound(1)) is False  # still deduplicated across daemons
+    await pg.aclose()
