@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from rousseau.agent import RousseauError
 from rousseau.agents import DEFAULT_AGENT
@@ -94,6 +94,54 @@ def validate(schedule: str, deliver_to: str, timezone: str, now: float) -> float
         raise CronError(str(exc)) from None
 
 
+def checked(
+    name: str, schedule: str, prompt: str, deliver_to: str, timezone: str, now: float
+) -> float | None:
+    """Check a new job; return its first fire time. Raises CronError."""
+    if not name.strip() or name.strip().isdigit():
+        raise CronError(f"bad job name {name!r}: a name needs a letter")
+    if not prompt.strip():
+        raise CronError("the prompt is empty")
+    return validate(schedule, deliver_to, timezone, now)
+
+
+class Jobs(Protocol):
+    """What the scheduler and the cron tool ask of the jobs, whichever store keeps them
+    (CronJobs for SQLite, state/postgres_cron.py for PostgreSQL)."""
+
+    async def add(
+        self,
+        name: str,
+        schedule: str,
+        prompt: str,
+        deliver_to: str,
+        *,
+        timezone: str = "local",
+        misfire: Misfire = "run_once",
+        enabled: bool = True,
+        now: float | None = None,
+        agent: str = DEFAULT_AGENT,
+    ) -> CronJob: ...
+
+    async def all(self) -> list[CronJob]: ...
+
+    async def get(self, key: str) -> CronJob: ...
+
+    async def remove(self, key: str) -> CronJob: ...
+
+    async def advance(self, job: CronJob, next_run_at: float | None) -> None: ...
+
+    async def claim(
+        self, job: CronJob, scheduled_at: float, status: RunStatus = "running", error: str = ""
+    ) -> int | None: ...
+
+    async def finish(
+        self, run_id: int, job: CronJob, status: RunStatus, *, error: str = "", session_id: str = ""
+    ) -> None: ...
+
+    async def runs(self, job_id: int | None = None, limit: int = 50) -> list[CronRun]: ...
+
+
 class CronJobs:
     """Jobs and runs in a Store; every method has an async form and a `_sync` twin for the CLI."""
 
@@ -114,11 +162,7 @@ class CronJobs:
         now: float,
         agent: str,
     ) -> Any:
-        if not name.strip() or name.strip().isdigit():
-            raise CronError(f"bad job name {name!r}: a name needs a letter")
-        if not prompt.strip():
-            raise CronError("the prompt is empty")
-        first = validate(schedule, deliver_to, timezone, now)
+        first = checked(name, schedule, prompt, deliver_to, timezone, now)
 
         def op(db: sqlite3.Connection) -> CronJob:
             try:

@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from rousseau.agent import Agent, Attachment
 from rousseau.agents import DEFAULT_AGENT
-from rousseau.cron.jobs import CronError, CronJob, CronJobs, RunStatus
+from rousseau.cron.jobs import CronError, CronJob, Jobs, RunStatus
 from rousseau.cron.schedule import Schedule, ScheduleError
 from rousseau.state import Store
 from rousseau.transports.base import OutgoingFiles, outgoing_files
@@ -112,7 +112,7 @@ def _one_line(exc: BaseException) -> str:
 
 @dataclass(kw_only=True)
 class Scheduler:
-    jobs: CronJobs
+    jobs: Jobs
     runner: CronRunner
     poll_interval: float = 60.0
     clock: Callable[[], float] = time.time

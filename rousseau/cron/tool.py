@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from rousseau.agent import ToolCall, ToolOutput
 from rousseau.agents import DEFAULT_AGENT
-from rousseau.cron.jobs import CronError, CronJob, CronJobs
+from rousseau.cron.jobs import CronError, CronJob, Jobs
 from rousseau.tools import Tool
 from rousseau.transports.base import current_inbound
 
@@ -68,7 +68,7 @@ class CronTool(Tool):
 
     def __init__(
         self,
-        jobs: CronJobs,
+        jobs: Jobs,
         *,
         timezone: str = "local",
         on_change: Callable[[], None] | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -547,16 +547,20 @@ class DaemonState:
 
         return await self.store.call(op, write=True)
 
-    def pairing_codes_sync(self) -> list[PairingCode]:
-        def op(db: sqlite3.Connection) -> list[PairingCode]:
-            rows = db.execute(
-                f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE expires_at > ?"
-                " ORDER BY created_at, rowid",
-                (time.time(),),
-            ).fetchall()
-            return [_code(r) for r in rows]
+    @staticmethod
+    def _codes(db: sqlite3.Connection) -> list[PairingCode]:
+        rows = db.execute(
+            f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE expires_at > ?"
+            " ORDER BY created_at, rowid",
+            (time.time(),),
+        ).fetchall()
+        return [_code(r) for r in rows]
 
-        return self.store.call_sync(op)
+    def pairing_codes_sync(self) -> list[PairingCode]:
+        return self.store.call_sync(self._codes)
+
+    async def pairing_codes(self) -> list[PairingCode]:
+        return await self.store.call(self._codes)
 
     def _take_code(self, db: sqlite3.Connection, code: str) -> PairingCode | None:
         """Remove a live code (any case) and return it; None if there is no such code."""
@@ -571,7 +575,12 @@ class DaemonState:
 
     def approve_sync(self, code: str) -> PairingCode | None:
         """Admit the sender behind a live code; None if no such code (or it expired)."""
+        return self.store.call_sync(self._approve(code), write=True)
 
+    async def approve(self, code: str) -> PairingCode | None:
+        return await self.store.call(self._approve(code), write=True)
+
+    def _approve(self, code: str) -> Callable[[sqlite3.Connection], PairingCode | None]:
         def op(db: sqlite3.Connection) -> PairingCode | None:
             found = self._take_code(db, code)
             if found is not None:
@@ -586,12 +595,19 @@ class DaemonState:
                 )
             return found
 
-        return self.store.call_sync(op, write=True)
+        return op
 
     def reject_sync(self, code: str, *, for_seconds: float = REJECTED_FOR) -> PairingCode | None:
         """Drop a live code; its sender gets no new one for `for_seconds`. None if no such
         code (or it expired)."""
+        return self.store.call_sync(self._reject(code, for_seconds), write=True)
 
+    async def reject(self, code: str, *, for_seconds: float = REJECTED_FOR) -> PairingCode | None:
+        return await self.store.call(self._reject(code, for_seconds), write=True)
+
+    def _reject(
+        self, code: str, for_seconds: float
+    ) -> Callable[[sqlite3.Connection], PairingCode | None]:
         def op(db: sqlite3.Connection) -> PairingCode | None:
             found = self._take_code(db, code)
             if found is not None:
@@ -602,7 +618,7 @@ class DaemonState:
                 )
             return found
 
-        return self.store.call_sync(op, write=True)
+        return op
 
 
 class TransportState:

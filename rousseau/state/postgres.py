@@ -153,6 +153,62 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        3,
+        "transport state, pairing, cron jobs and runs",
+        (
+            """CREATE TABLE transport_state (
+                transport TEXT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                PRIMARY KEY (transport, key)
+            )""",
+            """CREATE TABLE pairing_codes (
+                code TEXT PRIMARY KEY,
+                transport TEXT NOT NULL,
+                sender_id TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                expires_at DOUBLE PRECISION NOT NULL,
+                seq BIGSERIAL
+            )""",
+            """CREATE TABLE allowed_senders (
+                transport TEXT NOT NULL,
+                sender_id TEXT NOT NULL,
+                approved_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (transport, sender_id)
+            )""",
+            """CREATE TABLE cron_jobs (
+                id BIGSERIAL PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                schedule TEXT NOT NULL,
+                timezone TEXT NOT NULL,
+                prompt TEXT NOT NULL,
+                deliver_to TEXT NOT NULL,
+                enabled BOOLEAN NOT NULL DEFAULT TRUE,
+                misfire TEXT NOT NULL DEFAULT 'run_once' CHECK (misfire IN ('run_once', 'skip')),
+                created_at DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                last_run_at DOUBLE PRECISION,
+                last_status TEXT,
+                next_run_at DOUBLE PRECISION,
+                agent TEXT NOT NULL DEFAULT 'default'
+            )""",
+            """CREATE TABLE cron_runs (
+                id BIGSERIAL PRIMARY KEY,
+                job_id BIGINT NOT NULL REFERENCES cron_jobs (id) ON DELETE CASCADE,
+                scheduled_at DOUBLE PRECISION NOT NULL,
+                started_at DOUBLE PRECISION,
+                finished_at DOUBLE PRECISION,
+                status TEXT NOT NULL
+                    CHECK (status IN ('running', 'ok', 'failed', 'missed', 'skipped')),
+                error TEXT,
+                session_id TEXT,
+                UNIQUE (job_id, scheduled_at)
+            )""",
+            "CREATE INDEX cron_runs_at ON cron_runs (scheduled_at)",
+        ),
+    ),
 )
 
 

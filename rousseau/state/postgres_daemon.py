@@ -16,12 +16,20 @@ import socket
 import time
 import uuid
 from collections.abc import Collection
+from typing import Any
 
 from rousseau.agent import Attachment, Content
 from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.daemon_state import (
+    _REJECTED,
+    MAX_PENDING_CODES,
+    REJECTED_FOR,
+    SWEEP_BATCH,
     OutboxRow,
+    PairingCode,
+    PairingGrant,
     Progress,
+    Retention,
     _files,
     _files_json,
     _sent_files,
@@ -34,6 +42,8 @@ LEASE = 30.0
 
 _DEAD = "(SELECT id FROM daemons WHERE beat_at < %(stale)s)"
 """The daemons whose claims may be taken over."""
+
+_CODE = "code, transport, sender_id, chat_id, expires_at, created_at"
 
 _INBOUND = (
     "transport, chat_id, sender_id, message_id, text, is_group, mentioned, thread_id, at,"
@@ -355,4 +365,217 @@ class PostgresDaemonState:
                 "UPDATE sessions SET owner = coalesce(owner, %s), chat = coalesce(chat, %s),"
                 " agent = %s WHERE id = %s",
                 (owner, chat, agent, session_id),
+            )
+
+    # -- pairing ---------------------------------------------------------------------------
+
+    async def is_allowed(self, transport: str, sender_id: str) -> bool:
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT 1 FROM allowed_senders WHERE transport = %s AND sender_id = %s",
+                (transport, sender_id),
+            )
+            return await cursor.fetchone() is not None
+
+    async def pairing_code(
+        self, transport: str, sender_id: str, chat_id: str, new_code: str, ttl: float
+    ) -> PairingGrant | None:
+        """As DaemonState.pairing_code: one live code per sender, none for a sender lately
+        rejected, the transport's oldest evicted past MAX_PENDING_CODES."""
+        now = time.time()
+        async with self.store.transaction() as db:
+            # One transport's codes are given one at a time, whichever daemon gives them.
+            await db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("pair:" + transport,))
+            await db.execute("DELETE FROM pairing_codes WHERE expires_at <= %s", (now,))
+            await db.execute(
+                "DELETE FROM transport_state WHERE key LIKE %s AND value::float8 <= %s",
+                (_REJECTED + "%", now),
+            )
+            cursor = await db.execute(
+                "SELECT 1 FROM transport_state WHERE transport = %s AND key = %s",
+                (transport, _REJECTED + sender_id),
+            )
+            if await cursor.fetchone():
+                return None
+            cursor = await db.execute(
+                "SELECT code FROM pairing_codes WHERE transport = %s AND sender_id = %s",
+                (transport, sender_id),
+            )
+            row = await cursor.fetchone()
+            if row is not None:
+                return PairingGrant(code=str(row[0]), new=False)
+            evicted = None
+            cursor = await db.execute(
+                f"SELECT {_CODE} FROM pairing_codes WHERE transport = %s ORDER BY created_at, seq",
+                (transport,),
+            )
+            codes = await cursor.fetchall()
+            if len(codes) >= MAX_PENDING_CODES:
+                evicted = PairingCode(
+                    code=codes[0][0],
+                    transport=codes[0][1],
+                    sender_id=codes[0][2],
+                    chat_id=codes[0][3],
+                    expires_at=codes[0][4],
+                    created_at=codes[0][5],
+                )
+                await db.execute("DELETE FROM pairing_codes WHERE code = %s", (evicted.code,))
+            await db.execute(
+                "INSERT INTO pairing_codes (code, transport, sender_id, chat_id, created_at,"
+                " expires_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                (new_code, transport, sender_id, chat_id, now, now + ttl),
+            )
+        return PairingGrant(code=new_code, new=True, evicted=evicted)
+
+    async def pairing_codes(self) -> list[PairingCode]:
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"SELECT {_CODE} FROM pairing_codes WHERE expires_at > %s ORDER BY created_at, seq",
+                (time.time(),),
+            )
+            rows = await cursor.fetchall()
+        return [
+            PairingCode(
+                code=r[0],
+                transport=r[1],
+                sender_id=r[2],
+                chat_id=r[3],
+                expires_at=r[4],
+                created_at=r[5],
+            )
+            for r in rows
+        ]
+
+    async def approve(self, code: str) -> PairingCode | None:
+        """Admit the sender behind a live code; None if no such code (or it expired)."""
+        async with self.store.transaction() as db:
+            found = await self._take_code(db, code)
+            if found is not None:
+                await db.execute(
+                    "INSERT INTO allowed_senders (transport, sender_id, approved_at)"
+                    " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                    (found.transport, found.sender_id, time.time()),
+                )
+                await db.execute(
+                    "DELETE FROM transport_state WHERE transport = %s AND key = %s",
+                    (found.transport, _REJECTED + found.sender_id),
+                )
+        return found
+
+    async def reject(self, code: str, *, for_seconds: float = REJECTED_FOR) -> PairingCode | None:
+        """Drop a live code; its sender gets no new one for `for_seconds`."""
+        async with self.store.transaction() as db:
+            found = await self._take_code(db, code)
+            if found is not None:
+                await db.execute(
+                    "INSERT INTO transport_state (transport, key, value) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
+                    (found.transport, _REJECTED + found.sender_id, str(time.time() + for_seconds)),
+                )
+        return found
+
+    @staticmethod
+    async def _take_code(db: Any, code: str) -> PairingCode | None:
+        cursor = await db.execute(
+            f"DELETE FROM pairing_codes WHERE code = %s AND expires_at > %s RETURNING {_CODE}",
+            (code.strip().upper(), time.time()),
+        )
+        r = await cursor.fetchone()
+        if r is None:
+            return None
+        return PairingCode(
+            code=r[0],
+            transport=r[1],
+            sender_id=r[2],
+            chat_id=r[3],
+            expires_at=r[4],
+            created_at=r[5],
+        )
+
+    # -- retention and media ---------------------------------------------------------------
+
+    async def sweep(self, ages: Retention, now: float | None = None) -> dict[str, int]:
+        """As DaemonState.sweep: finished rows older than their age; never pending work."""
+        at = time.time() if now is None else now
+        deleted: dict[str, int] = {"compacted": 0}
+        async with self.store.transaction() as db:
+            if ages.compacted is not None:
+                cursor = await db.execute(
+                    "DELETE FROM messages WHERE id IN (SELECT id FROM messages"
+                    " WHERE compacted AND created_at < %s LIMIT %s)",
+                    (at - ages.compacted, SWEEP_BATCH),
+                )
+                deleted["compacted"] = cursor.rowcount
+            for name, query, age in (
+                (
+                    "inbox",
+                    "DELETE FROM inbox WHERE received_at < %s AND status != 'pending'",
+                    ages.inbox,
+                ),
+                (
+                    "outbox",
+                    "DELETE FROM outbox WHERE created_at < %s AND status != 'pending'",
+                    ages.outbox,
+                ),
+                ("audit", "DELETE FROM tool_calls WHERE started_at < %s", ages.audit),
+                (
+                    "cron_runs",
+                    "DELETE FROM cron_runs WHERE scheduled_at < %s AND status != 'running'",
+                    ages.cron_runs,
+                ),
+            ):
+                cursor = await db.execute(query, (at - age,))
+                deleted[name] = cursor.rowcount
+        return deleted
+
+    async def media_in_use(self) -> set[str]:
+        """The sha256 of every file still referred to (see DaemonState.media_in_use)."""
+        found: set[str] = set()
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT content FROM messages WHERE strpos(content, '\"sha256\"') > 0"
+            )
+            for (content,) in await cursor.fetchall():
+                found.update(
+                    str(block["sha256"])
+                    for block in json.loads(content)
+                    if isinstance(block, dict) and "sha256" in block
+                )
+            cursor = await db.execute(
+                "SELECT attachments FROM inbox WHERE attachments IS NOT NULL"
+                " AND status = 'pending' UNION ALL SELECT attachment FROM outbox"
+                " WHERE attachment IS NOT NULL AND status = 'pending'"
+            )
+            for (stored,) in await cursor.fetchall():
+                found.update(a.sha256 for a in _files(stored))
+            cursor = await db.execute(
+                "SELECT files_out FROM inbox WHERE files_out IS NOT NULL AND status = 'pending'"
+            )
+            for (stored,) in await cursor.fetchall():
+                found.update(a.sha256 for a, _ in _sent_files(json.dumps(stored)))
+        return found
+
+
+class PostgresTransportState:
+    """A transport's own key-value state (TransportState) on PostgreSQL."""
+
+    def __init__(self, store: PostgresStore, transport: str) -> None:
+        self.store = store
+        self.transport = transport
+
+    async def get(self, key: str) -> str | None:
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT value FROM transport_state WHERE transport = %s AND key = %s",
+                (self.transport, key),
+            )
+            row = await cursor.fetchone()
+        return None if row is None or row[0] == "" else str(row[0])
+
+    async def set(self, key: str, value: str) -> None:
+        async with self.store.transaction() as db:
+            await db.execute(
+                "INSERT INTO transport_state (transport, key, value) VALUES (%s, %s, %s)"
+                " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
+                (self.transport, key, value),
             )

@@ -4,6 +4,7 @@ two daemons never both hold, and a dead daemon's work taken over after its lease
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ import anyio
 import pytest
 
 from rousseau.agent import Message
+from rousseau.cron.jobs import CronError, CronJobs
 from rousseau.state import Store
-from rousseau.state.daemon_state import DaemonState
+from rousseau.state.daemon_state import MAX_PENDING_CODES, DaemonState, TransportState
 from rousseau.transports.base import Inbound, Outbound
 from tests.postgres.server import Postgres
 
@@ -102,6 +104,93 @@ async def test_progress_tells_a_finished_turn_from_an_unfinished_one(state: Any)
     assert (await state.progress(inbound(1), "s")).done == "the answer"
 
 
+def transport_state(state: Any, name: str) -> Any:
+    if isinstance(state, DaemonState):
+        return TransportState(state.store, name)
+    from rousseau.state.postgres_daemon import PostgresTransportState
+
+    return PostgresTransportState(state.store, name)
+
+
+def cron(state: Any) -> Any:
+    if isinstance(state, DaemonState):
+        return CronJobs(state.store)
+    from rousseau.state.postgres_cron import PostgresCronJobs
+
+    return PostgresCronJobs(state.store)
+
+
+async def test_a_stranger_gets_one_code_and_the_owner_decides(state: Any) -> None:
+    grant = await state.pairing_code("telegram", "7", "7", "ABC123", ttl=600)
+    assert grant is not None and (grant.code, grant.new) == ("ABC123", True)
+    again = await state.pairing_code("telegram", "7", "7", "ZZZ999", ttl=600)
+    assert again is not None and (again.code, again.new) == ("ABC123", False)
+    assert [c.code for c in await state.pairing_codes()] == ["ABC123"]
+    assert await state.is_allowed("telegram", "7") is False
+    approved = await state.approve("abc123")  # any case
+    assert approved is not None and approved.sender_id == "7"
+    assert await state.is_allowed("telegram", "7") is True
+    assert await state.approve("ABC123") is None  # used
+    await state.pairing_code("telegram", "8", "8", "DEF456", ttl=600)
+    assert (await state.reject("DEF456")) is not None
+    assert await state.pairing_code("telegram", "8", "8", "GHI789", ttl=600) is None
+
+
+async def test_past_the_limit_the_oldest_code_is_evicted(state: Any) -> None:
+    for i in range(MAX_PENDING_CODES):
+        await state.pairing_code("telegram", f"s{i}", f"s{i}", f"C{i:05d}", ttl=600)
+    grant = await state.pairing_code("telegram", "new", "new", "NEWONE", ttl=600)
+    assert grant is not None and grant.evicted is not None
+    assert grant.evicted.code == "C00000"
+    assert len(await state.pairing_codes()) == MAX_PENDING_CODES
+
+
+async def test_transport_state_is_kept_per_transport(state: Any) -> None:
+    matrix, slack = transport_state(state, "matrix"), transport_state(state, "slack")
+    assert await matrix.get("token") is None
+    await matrix.set("token", "t1")
+    await matrix.set("token", "t2")
+    assert await matrix.get("token") == "t2" and await slack.get("token") is None
+
+
+async def test_cron_jobs_are_kept_and_each_time_runs_once(state: Any) -> None:
+    jobs = cron(state)
+    job = await jobs.add("daily", "0 9 * * *", "the news", "telegram:42", timezone="UTC")
+    assert job.next_run_at is not None
+    with pytest.raises(CronError, match="exists already"):
+        await jobs.add("daily", "0 9 * * *", "again", "telegram:42")
+    assert [j.name for j in await jobs.all()] == ["daily"]
+    assert (await jobs.get(str(job.id))).name == "daily"
+    first = await jobs.claim(job, 1000.0)
+    assert first is not None
+    assert await jobs.claim(job, 1000.0) is None  # claimed before: never run twice
+    await jobs.finish(first, job, "ok", session_id="s1")
+    [run] = await jobs.runs(job.id)
+    assert (run.status, run.session_id, run.scheduled_at) == ("ok", "s1", 1000.0)
+    assert (await jobs.get("daily")).last_status == "ok"
+    await jobs.advance(job, 5000.0)
+    assert (await jobs.get("daily")).next_run_at == 5000.0
+    await jobs.remove("daily")
+    with pytest.raises(CronError):
+        await jobs.get("daily")
+
+
+async def test_the_sweep_deletes_only_what_is_finished_and_old(state: Any) -> None:
+    await state.accept(inbound(1))
+    await state.accept(inbound(2))
+    await state.finish(inbound(1), [part("a")])
+    [row] = await state.due("telegram")
+    await state.sent(row.id)
+
+    class Ages:
+        inbox = outbox = audit = cron_runs = 0.0
+        compacted = None
+
+    swept = await state.sweep(Ages(), now=time.time() + 10)
+    assert (swept["inbox"], swept["outbox"]) == (1, 1)
+    assert [i.message_id for i in await state.pending()] == ["2"]  # pending work stays
+
+
 async def pg_daemons(server: Postgres, lease: float = 30.0) -> tuple[Any, Any, Any]:
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_daemon import PostgresDaemonState
@@ -150,6 +239,18 @@ async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Po
     await two.beat()
     assert [i.message_id for i in await two.pending()] == ["1"]
     assert [r.message.text for r in await two.due("telegram")] == ["reply"]
+    await pg.aclose()
+
+
+async def test_two_daemons_claim_a_cron_time_once(postgres: Postgres) -> None:
+    from rousseau.state.postgres_cron import PostgresCronJobs
+
+    pg, _, _ = await pg_daemons(postgres)
+    one, two = PostgresCronJobs(pg), PostgresCronJobs(pg)
+    job = await one.add("tick", "* * * * *", "tick", "telegram:42")
+    claims = [await one.claim(job, 60.0 * i) for i in range(5)]
+    claims += [await two.claim(job, 60.0 * i) for i in range(5)]
+    assert sum(c is not None for c in claims) == 5
     await pg.aclose()
 
 
