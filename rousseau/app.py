@@ -28,7 +28,7 @@ from rousseau.agents import DEFAULT_AGENT
 from rousseau.approvals import SPLITTERS
 from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.media import BlobStore, MediaIntake
-from rousseau.state import Store
+from rousseau.state import SessionStore
 from rousseau.tools import Registry, Sandbox, Subset, builtin_registry
 from rousseau.tools.hardening import make_undumpable
 
@@ -120,7 +120,7 @@ def build_compressor(config: Config, provider: Provider) -> Compressor:
 def build_agent(
     config: Config,
     provider: Provider,
-    store: Store | None,
+    store: SessionStore | None,
     *,
     ask: AskFn | None = None,
     registry: Registry | None = None,
@@ -184,7 +184,7 @@ def media_intake(config: Config, *, transcribing: bool = True) -> MediaIntake:
 async def connected_agent(
     config: Config,
     provider: Provider,
-    store: Store | None,
+    store: SessionStore | None,
     *,
     ask: AskFn | None = None,
     name: str = DEFAULT_AGENT,

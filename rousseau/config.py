@@ -378,6 +378,21 @@ class RetentionConfig(Section):
 class StateConfig(Section):
     path: str = "~/.local/share/rousseau/sessions.db"
     """The SQLite database holding sessions, cron jobs and the rest of the daemon's state."""
+    url: SecretStr | None = None
+    """A PostgreSQL database instead (postgresql://user:password@host/db, or
+    ROUSSEAU_STATE_URL), which several daemons may share; needs rousseau[postgres]."""
+    lease: Duration = 15.0
+    """With url: how long a daemon may go silent before the others take over its work."""
+
+    @field_validator("url")
+    @classmethod
+    def _postgres(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not url.get_secret_value().startswith(
+            ("postgresql://", "postgres://")
+        ):
+            raise ValueError("a PostgreSQL URL, postgresql://user:password@host:port/database")
+        return url
+
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     """What is pruned, and when; sessions and their live messages are never pruned."""
     media_dir: str = ""

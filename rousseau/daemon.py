@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -31,7 +31,7 @@ from rousseau.app import build_agent, build_approver, build_registry, media_inta
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.backoff import backoff
 from rousseau.config import Config, HealthConfig, parse_rate
-from rousseau.cron import CronJobs, CronRunner, CronTool, Scheduler
+from rousseau.cron import CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
 from rousseau.media import move_to_workspace
 from rousseau.media.tool import SendFileTool
@@ -41,14 +41,17 @@ from rousseau.policy import chat_policies as configured_policies
 from rousseau.providers import build_provider, detect_provider
 from rousseau.providers.lazy import LazyProvider
 from rousseau.router import Router
-from rousseau.state import Store
-from rousseau.state.daemon_state import TransportState
+from rousseau.state import SessionStore
+from rousseau.state.backend import Backend, open_backend
 from rousseau.state.lock import DaemonLock
 from rousseau.streaming import StreamSettings
 from rousseau.tools import Registry, Shared
 from rousseau.tools.fs import Workspace
 from rousseau.transports import build_transports
 from rousseau.transports.base import Transport
+
+if TYPE_CHECKING:
+    from rousseau.state.postgres_daemon import PostgresDaemonState
 
 log = structlog.get_logger("rousseau.daemon")
 
@@ -146,16 +149,16 @@ class Daemon:
         async with anyio.create_task_group() as probes:
             probes.start_soon(self.lag.run)
             probes.start_soon(self._publish, lock)
-            # Opening the store (migrations, a wait for the WAL switch), importing the shell
-            # parser and building the provider (its SDK's import) are blocking work: off the
-            # event loop.
-            store = await anyio.to_thread.run_sync(Store, config.state.path)
+            # Importing the shell parser and building the provider (its SDK's import) are
+            # blocking work: off the event loop (as is opening a SQLite store).
+            backend = await open_backend(config)
+            store = backend.store
             if config.agent.approver is not None or config.cron.approver is not None:
                 await anyio.to_thread.run_sync(load_shell_parser)  # for bash rules: 0.2 s
             provider: Provider | None = None
             try:
                 for name, transport in self.transports.items():
-                    transport.bind_state(TransportState(store, name))
+                    transport.bind_state(backend.transport_state(name))
                     bind_media = getattr(transport, "bind_media", None)
                     if bind_media is not None:  # a transport that takes files in
                         bind_media(self._media)
@@ -176,17 +179,19 @@ class Daemon:
                     reason=why,
                     transports=sorted(self.transports),
                 )
-                router = self._router(provider, name, store)
+                router = self._router(provider, name, backend)
                 if self.provider is not None:
                     started()
                 async with mcp_tools(config.mcp_servers, Shared(self._registries)):
-                    await self._serve(router, self._scheduler(router, store), listener)
+                    await self._serve(
+                        router, self._scheduler(router, backend), listener, backend.cluster
+                    )
             finally:
                 with anyio.CancelScope(shield=True):
-                    await self._close(provider, store)
+                    await self._close(provider, backend)
             probes.cancel_scope.cancel()
 
-    async def _close(self, provider: Provider | None, store: Store) -> None:
+    async def _close(self, provider: Provider | None, backend: Backend) -> None:
         """Close every transport, the provider and the transcriber (each given a few
         seconds, a failure never skipping the rest), then checkpoint and close the store."""
 
@@ -207,7 +212,7 @@ class Daemon:
             transcriber = getattr(self._media.transcriber, "aclose", None)
             if transcriber is not None:
                 tg.start_soon(close, "transcriber", transcriber)
-        await anyio.to_thread.run_sync(functools.partial(store.close, timeout=CLOSE_TIMEOUT))
+        await backend.aclose()
 
     def _tools(self, config: Config) -> Registry:
         """The built-in tools in the workspace of `config.agent`, and send_file where a
@@ -227,7 +232,7 @@ class Daemon:
         self,
         provider: Provider,
         provider_name: str,
-        store: Store,
+        store: SessionStore,
         approvals: ChatApprovals | None,
     ) -> dict[str, Agent]:
         """The agents of `agents:` but the default, each with its own workspace, tools,
@@ -252,12 +257,13 @@ class Daemon:
             agents[name] = build_agent(config, own, store, registry=registry, ask=ask, name=name)
         return agents
 
-    def _router(self, provider: Provider, provider_name: str, store: Store) -> Router:
+    def _router(self, provider: Provider, provider_name: str, backend: Backend) -> Router:
         config = self.config.for_agent(DEFAULT_AGENT)
+        store = backend.store
         rl = config.ratelimit
         registry = self._registry = self._tools(config)
         self._registries = [registry]
-        self._cron_tool = CronTool(CronJobs(store), timezone=config.cron.timezone)
+        self._cron_tool = CronTool(backend.jobs, timezone=config.cron.timezone)
         registry.register(self._cron_tool)
         sections = [config.agent, *config.agents.values()]
         approvals = ChatApprovals() if any(a.approver is not None for a in sections) else None
@@ -278,6 +284,9 @@ class Daemon:
             agent_turns=turn_limits(config),
             approvals=approvals,
             store=store,
+            daemon_state=backend.state,
+            transport_state=backend.transport_state,
+            shared=backend.cluster,
             transports=self.transports,
             policies=self.chat_policies,
             rate_limiter=RateLimiter(
@@ -298,8 +307,9 @@ class Daemon:
         self._media.admits = router.admission.takes_files
         return router
 
-    def _scheduler(self, router: Router, store: Store) -> Scheduler:
+    def _scheduler(self, router: Router, backend: Backend) -> Scheduler:
         cron = self.config.cron
+        store = backend.store
         agent = router.agent  # its turns run unattended: a call that would ask is denied
         if cron.approver is not None:
             approver = build_approver(self.config, section=cron.approver)
@@ -318,12 +328,16 @@ class Daemon:
             timeout=cron.timeout,
             notify_failures=cron.notify_failures,
         )
-        scheduler = Scheduler(jobs=CronJobs(store), runner=runner, poll_interval=cron.poll_interval)
+        scheduler = Scheduler(jobs=backend.jobs, runner=runner, poll_interval=cron.poll_interval)
         self._cron_tool.on_change = scheduler.wake
         return scheduler
 
     async def _serve(
-        self, router: Router, scheduler: Scheduler, listener: MultiListener[SocketStream] | None
+        self,
+        router: Router,
+        scheduler: Scheduler,
+        listener: MultiListener[SocketStream] | None,
+        cluster: PostgresDaemonState | None,
     ) -> None:
         """Everything runs in one task group until a signal or stop(); then a graceful stop."""
         config = self.config
@@ -331,7 +345,13 @@ class Daemon:
             tg.start_soon(self._signals)
             await tg.start(router.run)
             await tg.start(scheduler.run)
+            if cluster is not None:
+                tg.start_soon(cluster.beating)
+                tg.start_soon(self._adopt, router, cluster)
             for transport in self.transports.values():
+                if cluster is not None and not getattr(transport, "shares_connections", False):
+                    tg.start_soon(self._elected, transport, router, cluster)
+                    continue
                 tg.start_soon(self._supervise, transport, router)
                 tg.start_soon(router.deliver, transport.name)
             tg.start_soon(self._sweep, router)
@@ -352,6 +372,30 @@ class Daemon:
 
     def stop(self) -> None:
         self._stop.set()
+
+    async def _elected(
+        self, transport: Transport, router: Router, cluster: PostgresDaemonState
+    ) -> None:
+        """Where daemons share the state, a transport that allows one connection only
+        (long polling, a sync loop, a linked device) runs on the daemon elected for it, and
+        that daemon sends its replies; the others wait to take over."""
+        while not self._stop.is_set():
+            async with cluster.polling(transport.name) as poller:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._supervise, transport, router)
+                    tg.start_soon(router.deliver, transport.name)
+                    await poller.lost()
+                    tg.cancel_scope.cancel()
+            await _quietly(transport.stop)
+
+    async def _adopt(self, router: Router, cluster: PostgresDaemonState) -> None:
+        """Answer what a dead daemon of the cluster accepted and left unanswered."""
+        while True:
+            await anyio.sleep(cluster.lease / 3)
+            try:
+                router.adopt(await cluster.orphans())
+            except Exception as exc:  # the database is away: the next round tries again
+                log.warning("cluster.adopt_failed", error=str(exc))
 
     async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

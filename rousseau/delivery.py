@@ -16,7 +16,8 @@ from anyio.abc import TaskGroup
 from rousseau.agent import StoreError
 from rousseau.backoff import backoff
 from rousseau.metrics import Metrics
-from rousseau.state.daemon_state import DaemonState, OutboxRow
+from rousseau.state.daemon_state import OutboxRow
+from rousseau.state.protocol import DaemonStore
 from rousseau.transports.base import Transport
 
 log = structlog.get_logger("rousseau.router")
@@ -34,7 +35,7 @@ class Courier:
     def __init__(
         self,
         transport: Transport,
-        state: DaemonState,
+        state: DaemonStore,
         *,
         metrics: Metrics | None = None,
         send_timeout: float = 60.0,

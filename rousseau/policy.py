@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import structlog
 
 from rousseau.approvals import ChatApprovals
-from rousseau.state.daemon_state import DaemonState
+from rousseau.state.protocol import DaemonStore
 from rousseau.transports.base import Inbound
 
 log = structlog.get_logger("rousseau.router")
@@ -112,7 +112,7 @@ class Admission:
     def __init__(
         self,
         *,
-        state: DaemonState,
+        state: DaemonStore,
         policies: dict[str, ChatPolicy],
         rate_limiter: RateLimiter,
         approvals: ChatApprovals | None = None,

@@ -42,8 +42,9 @@ from rousseau.backoff import backoff
 from rousseau.delivery import Courier
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
-from rousseau.state import Store
+from rousseau.state import SessionStore, Store
 from rousseau.state.daemon_state import DaemonState, Progress, TransportState
+from rousseau.state.protocol import DaemonStore, KeyValue, SharedState
 from rousseau.state.store import StoreFullError
 from rousseau.streaming import (
     LEFTOVER,
@@ -121,7 +122,7 @@ class _Item:
 class Router:
     agent: Agent
     """The default agent (the only one unless `agents:` is configured)."""
-    store: Store
+    store: SessionStore
     transports: dict[str, Transport]
     policies: dict[str, ChatPolicy]
     rate_limiter: RateLimiter
@@ -157,8 +158,21 @@ class Router:
     """Said once in each chat that sends audio nobody transcribes (no speech-to-text is set
     up), after the answer; empty where voice notes are transcribed."""
 
+    daemon_state: DaemonStore | None = None
+    """The inbox, outbox and chat map; None: DaemonState beside a SQLite `store`."""
+    transport_state: Callable[[str], KeyValue] | None = None
+    """A transport's own durable state; None: TransportState beside a SQLite `store`."""
+    shared: SharedState | None = None
+    """Where several daemons share the store: each turn holds its session, so one
+    session's turns never run on two daemons at once (and the session is read afresh, since
+    another daemon may have added to it), after answering its chat's earlier messages that
+    a dead daemon left."""
+
     def __post_init__(self) -> None:
-        self.state = DaemonState(self.store)
+        self.state: DaemonStore = self.daemon_state or DaemonState(_sqlite(self.store))
+        self._kv: Callable[[str], KeyValue] = self.transport_state or functools.partial(
+            TransportState, _sqlite(self.store)
+        )
         self.admission = Admission(
             state=self.state,
             policies=self.policies,
@@ -342,44 +356,57 @@ class Router:
             if inbound.refusal:  # its files were refused: say so, and spend no model call
                 await self._reply(inbound, inbound.refusal)
                 return
-            session = await self._session(inbound)
-            current_inbound.set(inbound)  # this task's context: tools see which chat asked
-            with structlog.contextvars.bound_contextvars(session=session.id):
-                progress = Progress()
-                if item.replay or item.attempts or item.waits:
-                    progress = await self.state.progress(inbound, session.id)
-                    if progress.done is not None:  # answered before a stop, never queued
-                        log.info("router.turn_already_finished")
-                        await self._reply(
-                            inbound,
-                            progress.done.strip(),
-                            files=progress.files,
-                            replaces=progress.preview,
-                        )
-                        return
-                    if progress.files:
-                        await self.state.forget_sent_files(inbound)
-                if not progress.appended:
-                    await self._append_user(session, inbound)
-                outgoing = OutgoingFiles(
-                    transport=inbound.transport,
-                    keep=functools.partial(self.state.sent_file, inbound),
-                )
-                outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
-                preview = self._preview(inbound, progress.preview)
-                answer = await self._turn(session, inbound, preview)
-                hint = await self._voice_hint(inbound)
-                await self._reply(
-                    inbound,
-                    answer,
-                    files=outgoing.files,
-                    notice=hint,
-                    replaces=preview.ids if preview is not None else progress.preview,
-                )
-                if hint:
-                    await TransportState(self.store, inbound.transport).set(
-                        _HINTED + inbound.chat_id, "1"
+            if self.shared is None:
+                await self._answer(item)
+                return
+            async with self.shared.session_claimed(inbound.session_key):
+                self._sessions.pop(inbound.session_key, None)  # another daemon may have added
+                for left in await self.shared.earlier(inbound):  # the chat's order first
+                    log.info("router.replay", transport=left.transport, message=left.message_id)
+                    agent = self.routes.agent_of(left)
+                    await self._answer(_Item(replace(left, agent=agent), replay=True))
+                if await self.shared.unanswered(inbound):
+                    await self._answer(item)
+
+    async def _answer(self, item: _Item) -> None:
+        """A turn for the inbound, its reply queued (or what an earlier try left, replied)."""
+        inbound = item.inbound
+        session = await self._session(inbound)
+        current_inbound.set(inbound)  # this task's context: tools see which chat asked
+        with structlog.contextvars.bound_contextvars(session=session.id):
+            progress = Progress()
+            if item.replay or item.attempts or item.waits:
+                progress = await self.state.progress(inbound, session.id)
+                if progress.done is not None:  # answered before a stop, never queued
+                    log.info("router.turn_already_finished")
+                    await self._reply(
+                        inbound,
+                        progress.done.strip(),
+                        files=progress.files,
+                        replaces=progress.preview,
                     )
+                    return
+                if progress.files:
+                    await self.state.forget_sent_files(inbound)
+            if not progress.appended:
+                await self._append_user(session, inbound)
+            outgoing = OutgoingFiles(
+                transport=inbound.transport,
+                keep=functools.partial(self.state.sent_file, inbound),
+            )
+            outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
+            preview = self._preview(inbound, progress.preview)
+            answer = await self._turn(session, inbound, preview)
+            hint = await self._voice_hint(inbound)
+            await self._reply(
+                inbound,
+                answer,
+                files=outgoing.files,
+                notice=hint,
+                replaces=preview.ids if preview is not None else progress.preview,
+            )
+            if hint:
+                await self._kv(inbound.transport).set(_HINTED + inbound.chat_id, "1")
 
     async def _voice_hint(self, inbound: Inbound) -> str:
         """The voice hint, if this message carried audio and its chat was never told."""
@@ -387,7 +414,7 @@ class Router:
             a.media_type.startswith("audio/") for a in inbound.attachments
         ):
             return ""
-        told = await TransportState(self.store, inbound.transport).get(_HINTED + inbound.chat_id)
+        told = await self._kv(inbound.transport).get(_HINTED + inbound.chat_id)
         return "" if told else self.voice_hint
 
     def _agent(self, inbound: Inbound) -> Agent:
@@ -684,11 +711,16 @@ class Router:
         """Host the session workers; replay what a crash left pending; run until cancelled."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            for inbound in await self.state.pending():
-                log.info("router.replay", transport=inbound.transport, message=inbound.message_id)
-                self._dispatch(_Item(inbound, replay=True))
+            self.adopt(await self.state.pending())
             task_status.started()
             await anyio.sleep_forever()
+
+    def adopt(self, pending: list[Inbound]) -> None:
+        """Answer messages accepted before but never answered: what a crash left here, or
+        (where daemons share the store) what a dead daemon left."""
+        for inbound in pending:
+            log.info("router.replay", transport=inbound.transport, message=inbound.message_id)
+            self._dispatch(_Item(inbound, replay=True))
 
     async def drain(self, grace: float) -> bool:
         """Stop intake; give in-flight turns and their replies `grace` seconds to finish.
@@ -707,6 +739,12 @@ class Router:
             return True
         log.warning("router.drain_timeout", unfinished=len(self._queues))
         return False
+
+
+def _sqlite(store: SessionStore) -> Store:
+    if not isinstance(store, Store):
+        raise TypeError("a store other than SQLite's needs its daemon_state and transport_state")
+    return store
 
 
 def _user_text(inbound: Inbound) -> str:

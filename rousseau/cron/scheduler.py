@@ -21,7 +21,7 @@ from rousseau.agent import Agent, Attachment
 from rousseau.agents import DEFAULT_AGENT
 from rousseau.cron.jobs import CronError, CronJob, Jobs, RunStatus
 from rousseau.cron.schedule import Schedule, ScheduleError
-from rousseau.state import Store
+from rousseau.state import SessionStore
 from rousseau.transports.base import OutgoingFiles, outgoing_files
 
 log = structlog.get_logger("rousseau.cron")
@@ -62,7 +62,7 @@ class CronRunner:
 
     agent: Agent
     """The default agent, and of any job naming an agent that is not in `agents`."""
-    store: Store
+    store: SessionStore
     notify: Notify
     timeout: float = 300.0
     notify_failures: bool = True

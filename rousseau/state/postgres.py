@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import structlog
 
 from rousseau.agent import Compaction, Message, Role, Session, StoreError, Usage
@@ -209,6 +210,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX cron_runs_at ON cron_runs (scheduled_at)",
         ),
     ),
+    Migration(
+        4,
+        "sessions claimed by the daemon running their turn",
+        (
+            """CREATE TABLE session_claims (
+                session_key TEXT PRIMARY KEY,
+                daemon TEXT NOT NULL,
+                since DOUBLE PRECISION NOT NULL
+            )""",
+            """CREATE TABLE pollers (
+                transport TEXT PRIMARY KEY,
+                daemon TEXT NOT NULL,
+                since DOUBLE PRECISION NOT NULL
+            )""",
+        ),
+    ),
 )
 
 
@@ -225,8 +242,12 @@ def every_prefix(words: list[str]) -> str | None:
 class PostgresStore:
     """A SessionStore on PostgreSQL. Open it with `await PostgresStore.open(url)`."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, url: str = "") -> None:
         self._pool = pool
+        self.url = url
+        """Where it connects (for a connection of its own, such as a poller's lock)."""
+        self._urgent: AsyncConnection[Any] | None = None
+        self._urgent_lock = anyio.Lock()
 
     @classmethod
     async def open(cls, url: str, *, max_size: int = 10, wait: float = 15.0) -> PostgresStore:
@@ -240,7 +261,7 @@ class PostgresStore:
         )
         try:
             await pool.open(wait=True, timeout=wait)
-            store = cls(pool)
+            store = cls(pool, url)
             await store._migrate()
         except (psycopg.Error, PoolTimeout) as exc:
             await pool.close()
@@ -262,6 +283,24 @@ class PostgresStore:
                 yield conn
         except psycopg.Error as exc:
             raise StoreError(f"session store: {exc}") from exc
+
+    @asynccontextmanager
+    async def urgent(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A connection of its own, never queued behind the pool, for a write whose delay is
+        a risk in itself: recording that a part went out (until then, a crash sends it
+        again)."""
+        import psycopg
+
+        async with self._urgent_lock:
+            try:
+                if self._urgent is None or self._urgent.closed:
+                    self._urgent = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+                yield self._urgent
+            except psycopg.Error as exc:
+                if self._urgent is not None:
+                    await self._urgent.close()
+                self._urgent = None
+                raise StoreError(f"session store: {exc}") from exc
 
     async def _migrate(self) -> list[int]:
         async with self.transaction() as db:
@@ -555,6 +594,8 @@ class PostgresStore:
         ]
 
     async def aclose(self) -> None:
+        if self._urgent is not None:
+            await self._urgent.close()
         await self._pool.close()
 
 

@@ -15,10 +15,14 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 from typing import Any
 
-from rousseau.agent import Attachment, Content
+import anyio
+import structlog
+
+from rousseau.agent import Attachment, Content, StoreError
 from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.daemon_state import (
     _REJECTED,
@@ -37,6 +41,12 @@ from rousseau.state.daemon_state import (
 from rousseau.state.postgres import PostgresStore
 from rousseau.transports.base import Inbound, Outbound
 
+log = structlog.get_logger("rousseau.state")
+
+ELECTION_POLL = 1.0
+"""Seconds between a waiting daemon's tries to become a transport's poller."""
+CLAIM_POLL = 0.1
+"""Seconds between tries to claim a session another daemon is answering in."""
 LEASE = 30.0
 """Seconds after its last beat that a daemon counts as dead and its claims are taken over."""
 
@@ -102,6 +112,98 @@ class PostgresDaemonState:
                 (self.id,),
             )
             await db.execute("DELETE FROM daemons WHERE id = %s", (self.id,))
+
+    async def beating(self) -> None:
+        """Beat every third of the lease until cancelled (a failed beat is tried again)."""
+        while True:
+            await anyio.sleep(self.lease / 3)
+            try:
+                await self.beat()
+            except StoreError as exc:
+                log.warning("cluster.beat_failed", error=str(exc))
+
+    async def daemons(self) -> list[tuple[str, float]]:
+        """The daemons that beat within the lease, with their last beat."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT id, beat_at FROM daemons WHERE beat_at >= %s ORDER BY id",
+                (self._stale(),),
+            )
+            return [(str(r[0]), float(r[1])) for r in await cursor.fetchall()]
+
+    @asynccontextmanager
+    async def polling(self, transport: str) -> AsyncIterator[Poller]:
+        """Wait until this daemon is the one that polls `transport` (elected by an advisory
+        lock on a connection of its own, which the server frees the moment this daemon dies
+        or the connection breaks); hold it until leaving."""
+        import psycopg
+
+        key = "poller:" + transport
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.store.url, autocommit=True)
+            except psycopg.Error as exc:
+                log.warning("cluster.poller_connect_failed", transport=transport, error=str(exc))
+                await anyio.sleep(ELECTION_POLL)
+                continue
+            try:
+                # Polled: the holder is another process, which has no way to wake this one.
+                while not await _try_lock(conn, key):  # noqa: ASYNC110
+                    await anyio.sleep(ELECTION_POLL)
+                break
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+                raise
+        try:
+            async with self.store.transaction() as db:
+                await db.execute(
+                    "INSERT INTO pollers (transport, daemon, since) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (transport) DO UPDATE SET daemon = excluded.daemon,"
+                    " since = excluded.since",
+                    (transport, self.id, time.time()),
+                )
+            log.info("cluster.polling", transport=transport, daemon=self.id)
+            yield Poller(conn)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.close()  # and with it the lock
+
+    async def pollers(self) -> dict[str, str]:
+        """Which daemon polls each single-poller transport (the last one elected)."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute("SELECT transport, daemon FROM pollers")
+            return {str(t): str(d) for t, d in await cursor.fetchall()}
+
+    @asynccontextmanager
+    async def session_claimed(self, session_key: str) -> AsyncIterator[None]:
+        """Hold a session for one turn: no other daemon runs a turn of it meanwhile. Waits
+        while a live daemon holds it; a dead one's hold is taken over."""
+        # Polled: the holder is another process, which has no way to wake this one.
+        while not await self._claim_session(session_key):  # noqa: ASYNC110
+            await anyio.sleep(CLAIM_POLL)
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                async with self.store.transaction() as db:
+                    await db.execute(
+                        "DELETE FROM session_claims WHERE session_key = %s AND daemon = %s",
+                        (session_key, self.id),
+                    )
+
+    async def _claim_session(self, session_key: str) -> bool:
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"INSERT INTO session_claims (session_key, daemon, since)"
+                f" VALUES (%(key)s, %(me)s, %(now)s) ON CONFLICT (session_key) DO UPDATE"
+                f" SET daemon = excluded.daemon, since = excluded.since"
+                f" WHERE session_claims.daemon IN {_DEAD}"
+                f" OR session_claims.daemon NOT IN (SELECT id FROM daemons)"
+                f" RETURNING daemon",
+                {"key": session_key, "me": self.id, "now": time.time(), "stale": self._stale()},
+            )
+            return await cursor.fetchone() is not None
 
     # -- inbox -----------------------------------------------------------------------------
 
@@ -209,6 +311,59 @@ class PostgresDaemonState:
         rows.sort(key=lambda r: r[-1])
         return [_inbound(r) for r in rows]
 
+    async def orphans(self) -> list[Inbound]:
+        """Inbound messages that no live daemon holds (their daemon died, or left before
+        answering them), oldest first; claimed here for this one."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
+                f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
+                f" AND (claimed_by IS NULL OR claimed_by IN {_DEAD}"
+                f" OR claimed_by NOT IN (SELECT id FROM daemons))"
+                f" FOR UPDATE SKIP LOCKED) RETURNING {_INBOUND}, received_at",
+                {"me": self.id, "stale": self._stale()},
+            )
+            rows = await cursor.fetchall()
+        rows.sort(key=lambda r: r[-1])
+        return [_inbound(r) for r in rows]
+
+    async def earlier(self, inbound: Inbound) -> list[Inbound]:
+        """Called holding `inbound`'s session: the messages of its chat accepted before it
+        and still unanswered, whichever daemon took them in, oldest first; claimed here, to
+        be answered first. No other daemon can be answering one of them (it would hold the
+        session); one that took one in skips it later (see `unanswered`)."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
+                f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
+                f" AND transport = %(transport)s AND chat_id = %(chat)s"
+                f" AND coalesce(thread_id, '') = %(thread)s AND received_at < (SELECT"
+                f" received_at FROM inbox WHERE transport = %(transport)s"
+                f" AND message_id = %(message)s) FOR UPDATE)"
+                f" RETURNING {_INBOUND}, received_at",
+                {
+                    "me": self.id,
+                    "transport": inbound.transport,
+                    "chat": inbound.chat_id,
+                    "thread": inbound.thread_id or "",
+                    "message": inbound.message_id,
+                },
+            )
+            rows = await cursor.fetchall()
+        rows.sort(key=lambda r: r[-1])
+        return [_inbound(r) for r in rows]
+
+    async def unanswered(self, inbound: Inbound) -> bool:
+        """Called holding its session: whether `inbound` still waits for its answer (another
+        daemon may have answered it first, as one of its chat's earlier messages)."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT 1 FROM inbox WHERE transport = %s AND message_id = %s"
+                " AND status = 'pending'",
+                (inbound.transport, inbound.message_id),
+            )
+            return await cursor.fetchone() is not None
+
     async def finish(
         self, inbound: Inbound | None, parts: list[Outbound], *, error: str | None = None
     ) -> None:
@@ -310,7 +465,8 @@ class PostgresDaemonState:
         return None if row is None or row[0] is None else float(row[0])
 
     async def sent(self, row_id: int) -> None:
-        async with self.store.transaction() as db:
+        """Record a part as sent, at once (see PostgresStore.urgent)."""
+        async with self.store.urgent() as db:
             await db.execute(
                 "UPDATE outbox SET status = 'sent', sent_at = %s, attempts = attempts + 1"
                 " WHERE id = %s",
@@ -579,3 +735,29 @@ class PostgresTransportState:
                 " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
                 (self.transport, key, value),
             )
+
+
+async def _try_lock(conn: Any, key: str) -> bool:
+    cursor = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
+    row = await cursor.fetchone()
+    return bool(row and row[0])
+
+
+class Poller:
+    """This daemon's hold on a transport's poller lock."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def lost(self) -> None:
+        """Return once the lock's connection stops answering: the lock may be another's."""
+        import psycopg
+
+        while True:
+            await anyio.sleep(ELECTION_POLL)
+            try:
+                with anyio.fail_after(ELECTION_POLL * 5):
+                    await self._conn.execute("SELECT 1")
+            except (psycopg.Error, TimeoutError) as exc:
+                log.warning("cluster.poller_lost", error=str(exc) or type(exc).__name__)
+                return

@@ -7,12 +7,24 @@ runs one suite against both.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rousseau.agent import Role, Session, Usage
+from rousseau.agent import Attachment, Role, Session, Usage
 from rousseau.agent.protocols import AuditLog, MessageLog, ToolCallRecord
 from rousseau.agents import DEFAULT_AGENT
+
+if TYPE_CHECKING:
+    from rousseau.state.daemon_state import (
+        OutboxRow,
+        PairingCode,
+        PairingGrant,
+        Progress,
+        Retention,
+    )
+    from rousseau.transports.base import Inbound, Outbound
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,3 +117,101 @@ class SessionStore(MessageLog, AuditLog, Protocol):
     async def delete_session(self, session_id: str) -> bool: ...
 
     async def aclose(self) -> None: ...
+
+
+class KeyValue(Protocol):
+    """A transport's own durable state (login tokens, sync positions)."""
+
+    async def get(self, key: str) -> str | None: ...
+
+    async def set(self, key: str, value: str) -> None: ...
+
+
+class DaemonStore(Protocol):
+    """The daemon's inbox, outbox, chat map and pairing (DaemonState on SQLite,
+    PostgresDaemonState on PostgreSQL)."""
+
+    async def accept(self, inbound: Inbound, *, ignored: bool = False) -> bool:
+        """Record an inbound (durably, before returning); False if it was seen before."""
+        ...
+
+    async def mark_appended(self, inbound: Inbound, session_id: str) -> None: ...
+
+    async def progress(self, inbound: Inbound, session_id: str) -> Progress: ...
+
+    async def shown_preview(self, inbound: Inbound, ids: list[str]) -> None: ...
+
+    async def sent_file(self, inbound: Inbound, attachment: Attachment, caption: str) -> None: ...
+
+    async def forget_sent_files(self, inbound: Inbound) -> None: ...
+
+    async def pending(self) -> list[Inbound]:
+        """Inbound messages accepted but not answered, oldest first (this daemon's to run)."""
+        ...
+
+    async def finish(
+        self, inbound: Inbound | None, parts: list[Outbound], *, error: str | None = None
+    ) -> None:
+        """In one transaction: queue the reply parts and mark the inbound done (or failed)."""
+        ...
+
+    async def due(
+        self, transport: str, limit: int = 50, *, skip: Collection[str] = ()
+    ) -> list[OutboxRow]: ...
+
+    async def next_due_at(self, transport: str) -> float | None: ...
+
+    async def sent(self, row_id: int) -> None: ...
+
+    async def retry_later(
+        self, row_id: int, delay: float, error: str, *, give_up: bool
+    ) -> None: ...
+
+    async def outbox_pending(self, transports: Collection[str] | None = None) -> int: ...
+
+    async def sweep(self, ages: Retention, now: float | None = None) -> dict[str, int]: ...
+
+    async def media_in_use(self) -> set[str]: ...
+
+    async def session_for(self, session_key: str) -> str | None: ...
+
+    async def bind_session(
+        self,
+        session_key: str,
+        session_id: str,
+        *,
+        owner: str | None = None,
+        chat: str | None = None,
+        agent: str = DEFAULT_AGENT,
+    ) -> None: ...
+
+    async def is_allowed(self, transport: str, sender_id: str) -> bool: ...
+
+    async def pairing_code(
+        self, transport: str, sender_id: str, chat_id: str, new_code: str, ttl: float
+    ) -> PairingGrant | None: ...
+
+    async def pairing_codes(self) -> list[PairingCode]: ...
+
+    async def approve(self, code: str) -> PairingCode | None: ...
+
+    async def reject(self, code: str, *, for_seconds: float = ...) -> PairingCode | None: ...
+
+
+class SharedState(Protocol):
+    """What a router needs where several daemons share the state: one session's turns on
+    one daemon at a time, and each chat's messages answered in the order they came."""
+
+    def session_claimed(self, session_key: str) -> AbstractAsyncContextManager[None]:
+        """Held around a turn of the session."""
+        ...
+
+    async def earlier(self, inbound: Inbound) -> list[Inbound]:
+        """Holding its session: the chat's earlier messages still unanswered, whichever
+        daemon took them in, to answer first."""
+        ...
+
+    async def unanswered(self, inbound: Inbound) -> bool:
+        """Holding its session: whether it still waits for its answer (another daemon may
+        have answered it first, as one of its chat's earlier messages)."""
+        ...

@@ -187,6 +187,10 @@ class Transport(Protocol):
     Failures are `TransportError`s (retried with backoff); a credential the platform rejects
     is a `TransportAuthError` naming the config key to fix (the supervisor stops the
     transport). Neither ever carries the secret itself.
+
+    A transport whose platform spreads events across several connections of one bot sets
+    `shares_connections = True`: where daemons share the state it runs on every daemon;
+    any other runs on the one daemon elected to poll it.
     """
 
     name: str

@@ -49,6 +49,8 @@ class DiscordTransport:
     max_length = MAX_LENGTH
     max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
+    shares_connections = True
+    """Several daemons may each hold a connection (see Transport)."""
 
     def __init__(
         self, token: str, *, api_base: str | None = None, gateway_url: str | None = None

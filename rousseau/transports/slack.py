@@ -87,6 +87,8 @@ class SlackTransport:
     max_length = SOFT_LIMIT
     max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
+    shares_connections = True
+    """Several daemons may each hold a connection (see Transport)."""
 
     def __init__(
         self,

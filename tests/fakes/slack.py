@@ -6,6 +6,7 @@ drive it with plain calls.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio
 from aiohttp import WSMsgType, web
 
 from tests.fakes.aio import AioServer
@@ -20,6 +22,8 @@ from tests.fakes.aio import AioServer
 BOT_USER = "UBOT0001"
 BOT_ID = "BBOT0001"
 TEAM = "T0000001"
+REDELIVER = 3.0
+"""Seconds before an unacknowledged event is sent again (when events are spread)."""
 
 
 @dataclass
@@ -53,6 +57,11 @@ class FakeSlack(AioServer):
         self.bot_token = bot_token
         self.posted: list[Posted] = []
         self.acked: list[str] = []
+        self.spread = False
+        """As Slack does with several connections of one app: each event goes to the next
+        open one, and an event not acknowledged within REDELIVER seconds is sent again
+        (retry_attempt + 1) on another."""
+        self._turn = itertools.count()
         self.connections = 0
         self.auth_error = "invalid_auth"
         """What the Web API answers a token it does not know (Slack has several answers)."""
@@ -174,8 +183,29 @@ class FakeSlack(AioServer):
                 ],
             },
         }
-        self._send(envelope)
+        if not self.spread:
+            self._send(envelope)
+            return envelope_id
+        self.wait_connections(1)
+        self.run(self._spread(envelope))
         return envelope_id
+
+    async def _spread(self, envelope: dict[str, Any]) -> None:
+        while not self.sockets:  # every connection is down: Slack keeps the event
+            await anyio.sleep(0.1)
+        socket = self.sockets[next(self._turn) % len(self.sockets)]
+        try:
+            await socket.send_str(json.dumps(envelope))
+        except ConnectionError:
+            pass  # not acknowledged: sent again below
+        asyncio.get_running_loop().call_later(REDELIVER, self._unacked, envelope)
+
+    def _unacked(self, envelope: dict[str, Any]) -> None:
+        if envelope["envelope_id"] in self.acked:
+            return
+        again = {**envelope, "retry_attempt": envelope["retry_attempt"] + 1}
+        again["retry_reason"] = "timeout"
+        asyncio.get_running_loop().create_task(self._spread(again))
 
     def press(self, posted: Posted, label: str, *, user: str) -> str:
         """Press a button under a message the bot posted (a block_actions interaction)."""

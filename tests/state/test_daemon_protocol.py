@@ -229,6 +229,7 @@ async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Po
     assert [r.message.text for r in await one.due("telegram")] == ["reply"]
     # While `one` beats, its inbound and its part are its own.
     assert await two.pending() == [] and await two.due("telegram") == []
+    assert await two.orphans() == [] and await one.orphans() == []  # never one's own
     await anyio.sleep(0.3)
     await one.beat()
     await anyio.sleep(0.3)
@@ -237,7 +238,8 @@ async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Po
     # `one` dies (no more beats): after the lease, `two` takes both over.
     await anyio.sleep(0.7)
     await two.beat()
-    assert [i.message_id for i in await two.pending()] == ["1"]
+    assert [i.message_id for i in await two.orphans()] == ["1"]
+    assert await two.orphans() == []  # now two's own
     assert [r.message.text for r in await two.due("telegram")] == ["reply"]
     await pg.aclose()
 
@@ -261,4 +263,69 @@ async def test_a_daemon_that_leaves_frees_its_claims_at_once(postgres: Postgres)
     await one.leave()
     assert [i.message_id for i in await two.pending()] == ["1"]
     assert await one.accept(inbound(1)) is False  # still deduplicated across daemons
+    await pg.aclose()
+
+
+async def test_one_daemon_polls_a_transport_and_another_takes_over_when_it_goes(
+    postgres: Postgres,
+) -> None:
+    pg, one, two = await pg_daemons(postgres)
+    order: list[str] = []
+
+    async def poll(name: str, daemon: Any, hold: anyio.Event) -> None:
+        async with daemon.polling("telegram"):
+            order.append(name)
+            await hold.wait()
+
+    first, second = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(poll, "one", one, first)
+        await anyio.sleep(0.5)
+        tg.start_soon(poll, "two", two, second)
+        await anyio.sleep(1.5)
+        assert order == ["one"]  # two waits while one holds it
+        assert (await one.pollers())["telegram"] == one.id
+        first.set()  # one lets go (as a dead daemon's connection does)
+        with anyio.fail_after(5):
+            while order != ["one", "two"]:
+                await anyio.sleep(0.1)
+        assert (await two.pollers())["telegram"] == two.id
+        second.set()
+    await pg.aclose()
+
+
+async def test_holding_a_session_the_chats_earlier_messages_come_first(
+    postgres: Postgres,
+) -> None:
+    pg, one, two = await pg_daemons(postgres)
+    await one.accept(inbound(1))
+    await two.accept(inbound(2))
+    await one.accept(inbound(3, chat="other"))
+    async with two.session_claimed("telegram:42"):
+        assert [i.message_id for i in await two.earlier(inbound(2))] == ["1"]
+        assert await two.unanswered(inbound(2)) is True
+        await two.finish(inbound(1), [part("a1")])
+        await two.finish(inbound(2), [part("a2")])
+    # `one` took 1 in: holding the session in its turn, it finds it answered.
+    async with one.session_claimed("telegram:42"):
+        assert await one.earlier(inbound(1)) == []
+        assert await one.unanswered(inbound(1)) is False
+    await pg.aclose()
+
+
+async def test_a_session_is_held_by_one_daemon_at_a_time(postgres: Postgres) -> None:
+    pg, one, two = await pg_daemons(postgres)
+    events: list[str] = []
+
+    async def turn(name: str, daemon: Any) -> None:
+        async with daemon.session_claimed("telegram:42"):
+            events.append(f"{name} in")
+            await anyio.sleep(0.4)
+            events.append(f"{name} out")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn, "one", one)
+        await anyio.sleep(0.1)
+        tg.start_soon(turn, "two", two)
+    assert events == ["one in", "one out", "two in", "two out"]
     await pg.aclose()

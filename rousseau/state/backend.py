@@ -1,0 +1,74 @@
+"""The state a daemon runs on, from `state:` in the config: SQLite (the default, one daemon)
+or PostgreSQL (`state.url`, which several daemons share)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+from rousseau.config import Config
+from rousseau.cron.jobs import CronJobs, Jobs
+from rousseau.state.daemon_state import DaemonState, TransportState
+from rousseau.state.protocol import DaemonStore, KeyValue, SessionStore
+from rousseau.state.store import Store
+
+if TYPE_CHECKING:
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+
+CLOSE_TIMEOUT = 5.0
+
+
+@dataclass(kw_only=True)
+class Backend:
+    store: SessionStore
+    """Sessions, messages, the audit trail and recall."""
+    state: DaemonStore
+    """The inbox, outbox, chat map and pairing."""
+    jobs: Jobs
+    """Cron jobs and runs."""
+    transport_state: Callable[[str], KeyValue]
+    """A transport's own durable state, by its name."""
+    cluster: PostgresDaemonState | None = None
+    """Where several daemons share the state: this daemon's membership and claims."""
+
+    async def aclose(self) -> None:
+        """A clean stop: this daemon's claims are freed for the others, then the store is
+        closed (a SQLite store checkpointed)."""
+        if self.cluster is not None:
+            await self.cluster.leave()
+        if isinstance(self.store, Store):
+            close = functools.partial(self.store.close, timeout=CLOSE_TIMEOUT)
+            await anyio.to_thread.run_sync(close)
+        else:
+            await self.store.aclose()
+
+
+async def open_backend(config: Config) -> Backend:
+    """Open the configured state (migrating it); StoreError says why it cannot be."""
+    if config.state.url is None:
+        # Migrations and the wait for the WAL switch are blocking work: off the event loop.
+        store = await anyio.to_thread.run_sync(Store, config.state.path)
+        return Backend(
+            store=store,
+            state=DaemonState(store),
+            jobs=CronJobs(store),
+            transport_state=functools.partial(TransportState, store),
+        )
+    from rousseau.state.postgres import PostgresStore
+    from rousseau.state.postgres_cron import PostgresCronJobs
+    from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
+
+    pg = await PostgresStore.open(config.state.url.get_secret_value())
+    cluster = PostgresDaemonState(pg, lease=config.state.lease)
+    await cluster.beat()
+    return Backend(
+        store=pg,
+        state=cluster,
+        jobs=PostgresCronJobs(pg),
+        transport_state=functools.partial(PostgresTransportState, pg),
+        cluster=cluster,
+    )
