@@ -173,6 +173,60 @@ def test_a_daemon_on_postgresql_answers_and_keeps_the_conversation(
             member.kill()
 
 
+def cli(member: Member, *args: str) -> str:
+    done = subprocess.run(
+        [*ROUSSEAU, "--config", str(member.config), *args],
+        env={"PATH": os.environ["PATH"], "HOME": str(member.folder)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_owner_runs_a_cluster_from_the_command_line(
+    tmp_path: Path, cluster_config: tuple[dict[str, Any], FakeTelegram, FakeSlack, str]
+) -> None:
+    """status names the daemons and the Telegram poller; a stranger's code is approved with
+    `pair`; cron and session commands read and write the shared store."""
+    config, telegram, _, _ = cluster_config
+    config["telegram"]["policy"] = "pairing"
+    members = [Member(tmp_path, f"d{i}", config).start() for i in range(2)]
+    try:
+        telegram.push("hello", chat_id=1000, user_id=1000)
+        assert wait_until(lambda: telegram.visible(1000) == ["echo: hello"], timeout=30)
+        status = cli(members[0], "status")
+        assert "cluster    2 daemons alive" in status, status
+        assert "telegram  polled by " in status, status
+        assert ": 1 sessions" in status
+        telegram.push("let me in", chat_id=7, user_id=7)  # a stranger
+        assert wait_until(lambda: bool(telegram.visible(7)), timeout=30)
+        [code] = [line.split()[0] for line in cli(members[1], "pair", "list").splitlines()[1:]]
+        assert code in telegram.visible(7)[0]
+        assert "admitted telegram sender 7" in cli(members[1], "pair", "approve", code)
+        telegram.push("thanks", chat_id=7, user_id=7)
+        assert wait_until(lambda: telegram.visible(7)[-1:] == ["echo: thanks"], timeout=30)
+        cli(
+            members[0],
+            *("cron", "add", "--name", "daily", "--schedule", "0 9 * * *", "--prompt", "news"),
+            *("--deliver-to", "telegram:1000"),
+        )
+        assert "daily" in cli(members[1], "cron", "list")
+        assert "disabled" in cli(members[1], "cron", "disable", "daily")
+        listed = cli(members[1], "session", "list")
+        assert "hello" in listed and "thanks" in listed
+        assert "echo: thanks" in cli(members[0], "session", "search", "thanks")
+        session = listed.splitlines()[1].split()[0]
+        assert "messages" in cli(members[0], "session", "show", session[:6])
+        for member in members:
+            assert member.stop() == 0
+    finally:
+        for member in members:
+            if member.proc is not None and member.proc.poll() is None:
+                member.kill()
+
+
 @pytest.mark.timeout(300)
 def test_three_daemons_answer_every_message_once_in_order_through_two_kills(
     tmp_path: Path,

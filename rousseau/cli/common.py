@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from rousseau.config import Config
     from rousseau.log import Redactor
+    from rousseau.state.backend import Backend
+
+T = TypeVar("T")
 
 
 redactor: Redactor | None = None
@@ -56,6 +60,25 @@ def open_store(args: argparse.Namespace, config: Config | None = None) -> Any:
     from rousseau.state import Store
 
     return Store((config or load(args)).state.path)
+
+
+def on_state(
+    args: argparse.Namespace, use: Callable[[Backend], Awaitable[T]], config: Config | None = None
+) -> T:
+    """`use` the configured state (SQLite's file or PostgreSQL), opened for this command
+    alone and closed after it."""
+    import anyio
+
+    from rousseau.state.backend import open_backend
+
+    async def main() -> T:
+        backend = await open_backend(config or load(args), daemon=False)
+        try:
+            return await use(backend)
+        finally:
+            await backend.aclose()
+
+    return anyio.run(main)
 
 
 def when(ts: float) -> str:

@@ -6,22 +6,24 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from rousseau.cli.common import close_provider, fail, load, open_store
+from rousseau.cli.common import close_provider, fail, load, on_state
 
 if TYPE_CHECKING:
     from rousseau.config import Config
+    from rousseau.state.backend import Backend
 
 
 def add(args: argparse.Namespace) -> int:
-    from rousseau.cron import CronJobs, describe
+    from rousseau.cron import describe
 
     config = load(args)
     transport = args.deliver_to.partition(":")[0]
     if (why := config.unknown_agent(args.agent)) is not None:
         fail(f"--agent: {why}")
         return 2
-    with open_store(args, config) as store:
-        job = CronJobs(store).add_sync(
+    job = on_state(
+        args,
+        lambda backend: backend.jobs.add(
             args.name,
             args.schedule,
             args.prompt,
@@ -30,7 +32,9 @@ def add(args: argparse.Namespace) -> int:
             misfire=args.misfire,
             enabled=not args.disabled,
             agent=args.agent,
-        )
+        ),
+        config,
+    )
     print(f"added {describe(job)}")
     if getattr(config, transport, None) is None:
         print(f"note: {transport} is not configured yet; replies wait until it is", file=sys.stderr)
@@ -38,10 +42,9 @@ def add(args: argparse.Namespace) -> int:
 
 
 def list_jobs(args: argparse.Namespace) -> int:
-    from rousseau.cron import CronJobs, describe
+    from rousseau.cron import describe
 
-    with open_store(args) as store:
-        jobs = CronJobs(store).all_sync()
+    jobs = on_state(args, lambda backend: backend.jobs.all())
     if not jobs:
         print("no cron jobs (add one: rousseau cron add --help)")
     for job in jobs:
@@ -50,25 +53,27 @@ def list_jobs(args: argparse.Namespace) -> int:
 
 
 def one(args: argparse.Namespace) -> int:
-    from rousseau.cron import CronJobs, describe
+    from rousseau.cron import describe
 
     config = load(args)
-    with open_store(args, config) as store:
-        jobs = CronJobs(store)
+
+    async def act(backend: Backend) -> int:
+        jobs = backend.jobs
         if args.verb == "remove":
-            print(f"removed {jobs.remove_sync(args.job).name}")
+            print(f"removed {(await jobs.remove(args.job)).name}")
         elif args.verb in ("enable", "disable"):
-            print(describe(jobs.set_enabled_sync(args.job, args.verb == "enable")))
+            print(describe(await jobs.set_enabled(args.job, args.verb == "enable")))
         else:
-            return _cron_run(config, store, jobs.get_sync(args.job))
-    return 0
+            return await _cron_run(config, backend, await jobs.get(args.job))
+        return 0
+
+    return on_state(args, act, config)
 
 
-def _cron_run(config: Config, store: Any, job: Any) -> int:
+async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
     """Run the turn here; a running daemon (or the next one) delivers the reply."""
-    import anyio
-
-    from rousseau.cron import CronJobs, CronRunner, Scheduler
+    from rousseau.app import build_agent
+    from rousseau.cron import CronRunner, Scheduler
     from rousseau.policy import chat_policies as policies
     from rousseau.providers import build_provider, detect_provider
     from rousseau.router import RateLimiter, Router
@@ -79,39 +84,36 @@ def _cron_run(config: Config, store: Any, job: Any) -> int:
         return 1
     config = config.for_agent(job.agent, name)
     name = config.provider or name
+    store = backend.store
     provider = build_provider(config, name, store=store)
-
-    async def go() -> int:
-        from rousseau.app import build_agent
-
-        agent = build_agent(config, provider, store, name=job.agent)
-        try:
-            transports = _target_transport(config, job.deliver_to.partition(":")[0])
-            router = Router(
-                agent=agent,
-                store=store,
-                transports=transports,
-                policies=policies(config),  # their reply headers
-                rate_limiter=RateLimiter((1, 1.0), {}, 1),
-            )
-            runner = CronRunner(
-                agent=agent,
-                store=store,
-                notify=router.notify,
-                timeout=config.cron.timeout,
-                notify_failures=config.cron.notify_failures,
-            )
-            outcome = await Scheduler(jobs=CronJobs(store), runner=runner).run_now(job)
-        finally:
-            await close_provider(provider)
-        if outcome.status != "ok":
-            fail(f"cron job {job.name} failed: {outcome.error}")
-            return 1
-        print(outcome.text)
-        print(f"(queued for {job.deliver_to}; a running daemon delivers it)", file=sys.stderr)
-        return 0
-
-    return anyio.run(go)
+    agent = build_agent(config, provider, store, name=job.agent)
+    try:
+        transports = _target_transport(config, job.deliver_to.partition(":")[0])
+        router = Router(
+            agent=agent,
+            store=store,
+            daemon_state=backend.state,
+            transport_state=backend.transport_state,
+            transports=transports,
+            policies=policies(config),  # their reply headers
+            rate_limiter=RateLimiter((1, 1.0), {}, 1),
+        )
+        runner = CronRunner(
+            agent=agent,
+            store=store,
+            notify=router.notify,
+            timeout=config.cron.timeout,
+            notify_failures=config.cron.notify_failures,
+        )
+        outcome = await Scheduler(jobs=backend.jobs, runner=runner).run_now(job)
+    finally:
+        await close_provider(provider)
+    if outcome.status != "ok":
+        fail(f"cron job {job.name} failed: {outcome.error}")
+        return 1
+    print(outcome.text)
+    print(f"(queued for {job.deliver_to}; a running daemon delivers it)", file=sys.stderr)
+    return 0
 
 
 def _target_transport(config: Config, name: str) -> dict[str, Any]:

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from rousseau.cli.common import open_store
+from rousseau.cli.common import on_state
 
 
 def list_codes(args: argparse.Namespace) -> int:
     import datetime
 
     from rousseau.approvals import visible
-    from rousseau.state.daemon_state import DaemonState
 
-    with open_store(args) as store:
-        codes = DaemonState(store).pairing_codes_sync()
+    codes = on_state(args, lambda backend: backend.state.pairing_codes())
     if not codes:
         print("no pairing codes waiting")
         return 0
@@ -35,10 +33,8 @@ def list_codes(args: argparse.Namespace) -> int:
 def approve(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
     from rousseau.approvals import visible
-    from rousseau.state.daemon_state import DaemonState
 
-    with open_store(args) as store:
-        approved = DaemonState(store).approve_sync(args.code)
+    approved = on_state(args, lambda backend: backend.state.approve(args.code))
     if approved is None:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
     print(f"admitted {approved.transport} sender {visible(approved.sender_id)}")
@@ -48,10 +44,9 @@ def approve(args: argparse.Namespace) -> int:
 def reject(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
     from rousseau.approvals import visible
-    from rousseau.state.daemon_state import REJECTED_FOR, DaemonState
+    from rousseau.state.daemon_state import REJECTED_FOR
 
-    with open_store(args) as store:
-        rejected = DaemonState(store).reject_sync(args.code)
+    rejected = on_state(args, lambda backend: backend.state.reject(args.code))
     if rejected is None:
         raise StoreError(f"no such pairing code (or it expired): {args.code}")
     print(

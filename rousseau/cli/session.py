@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
-from rousseau.cli.common import fail, open_store, tokens, when
+from rousseau.cli.common import fail, on_state, tokens, when
+
+if TYPE_CHECKING:
+    from rousseau.state.backend import Backend
 
 
 def list_sessions(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        sessions = store.list_sync(args.limit)
+    sessions = on_state(args, lambda backend: backend.store.list_sessions(args.limit))
     if not sessions:
         print("no sessions yet")
         return 0
@@ -20,8 +23,7 @@ def list_sessions(args: argparse.Namespace) -> int:
 
 
 def search(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        hits = store.search_sync(args.query, args.limit)
+    hits = on_state(args, lambda backend: backend.store.search(args.query, args.limit))
     if not hits:
         print(f"no messages contain {args.query!r}")
         return 0
@@ -36,10 +38,11 @@ def show(args: argparse.Namespace) -> int:
     from rousseau.agents import DEFAULT_AGENT
     from rousseau.transports.terminal import describe_call
 
-    with open_store(args) as store:
-        session_id = store.resolve_sync(args.id)
-        session = store.load_sync(session_id)
-        info = store.info_sync(session_id)
+    async def read(backend: Backend) -> tuple[Any, Any]:
+        session_id = await backend.store.resolve(args.id)
+        return await backend.store.load(session_id), await backend.store.info(session_id)
+
+    session, info = on_state(args, read)
     if session is None or info is None:
         raise StoreError(f"no such session: {args.id}")
     for message in session.messages:
@@ -64,12 +67,16 @@ def show(args: argparse.Namespace) -> int:
 def delete(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
 
-    with open_store(args) as store:
-        session_id = store.resolve_sync(args.id)
+    async def remove(backend: Backend) -> tuple[str, bool | None]:
+        session_id = await backend.store.resolve(args.id)
         if not args.yes:
-            fail(f"this deletes session {session_id} and all its messages; add --yes to confirm")
-            return 2
-        deleted = store.delete_sync(session_id)
+            return session_id, None
+        return session_id, await backend.store.delete_session(session_id)
+
+    session_id, deleted = on_state(args, remove)
+    if deleted is None:
+        fail(f"this deletes session {session_id} and all its messages; add --yes to confirm")
+        return 2
     if not deleted:
         raise StoreError(f"no such session: {args.id}")
     print(f"deleted session {session_id}")

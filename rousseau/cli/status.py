@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from rousseau.cli.common import load, tokens, when
+from rousseau.cli.common import load, on_state, tokens, when
 
 if TYPE_CHECKING:
+    from rousseau.agent import Usage
     from rousseau.config import Config
+    from rousseau.state.backend import Backend
 
 
 def version(args: argparse.Namespace) -> int:
@@ -36,11 +38,39 @@ def status(args: argparse.Namespace) -> int:
     if config.agents or config.routes:
         _agents(config)
     _daemon(config.state.path)
-    with Store(config.state.path) as store:
-        count, usage = store.totals_sync()
-    print(f"store      {store.path}: {count} sessions")
+    if config.state.url is not None:
+        count, usage = on_state(args, _cluster, config)
+    else:
+        with Store(config.state.path) as store:
+            count, usage = store.totals_sync()
+        print(f"store      {store.path}: {count} sessions")
     print(f"tokens     {tokens(usage)}")
     return 0
+
+
+async def _cluster(backend: Backend) -> tuple[int, Usage]:
+    """The PostgreSQL store, its daemons and which one polls each single-poller transport."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from rousseau.state.postgres import PostgresStore
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+
+    store, state = backend.store, backend.state
+    assert isinstance(store, PostgresStore) and isinstance(state, PostgresDaemonState)
+    where = conninfo_to_dict(store.url)
+    count, usage = await store.totals()
+    print(
+        f"store      postgresql {where.get('host', 'localhost')}:{where.get('port', 5432)}"
+        f"/{where.get('dbname', '')}: {count} sessions"
+    )
+    daemons = await state.daemons()
+    print(f"cluster    {len(daemons)} daemon{'s' if len(daemons) != 1 else ''} alive")
+    for name, beat in daemons:
+        print(f"  {name:<28} last beat {when(beat)}")
+    alive = {name for name, _ in daemons}
+    for transport, holder in sorted((await state.pollers()).items()):
+        print(f"  {transport:<9} polled by {holder}{'' if holder in alive else ' (gone)'}")
+    return count, usage
 
 
 def _agents(config: Config) -> None:

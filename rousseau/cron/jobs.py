@@ -141,6 +141,8 @@ class Jobs(Protocol):
 
     async def runs(self, job_id: int | None = None, limit: int = 50) -> list[CronRun]: ...
 
+    async def set_enabled(self, key: str, enabled: bool, now: float | None = None) -> CronJob: ...
+
 
 class CronJobs:
     """Jobs and runs in a Store; every method has an async form and a `_sync` twin for the CLI."""
@@ -297,6 +299,14 @@ class CronJobs:
 
     def set_enabled_sync(self, key: str, enabled: bool, now: float | None = None) -> CronJob:
         """Enable or disable a job; an enabled job's next run counts from now (no catch-up)."""
+        job: CronJob = self.store.call_sync(self._set_enabled(key, enabled, now), write=True)
+        return job
+
+    async def set_enabled(self, key: str, enabled: bool, now: float | None = None) -> CronJob:
+        job: CronJob = await self.store.call(self._set_enabled(key, enabled, now), write=True)
+        return job
+
+    def _set_enabled(self, key: str, enabled: bool, now: float | None) -> Any:
         moment = time.time() if now is None else now
 
         def op(db: sqlite3.Connection) -> CronJob:
@@ -312,8 +322,7 @@ class CronJobs:
             assert found is not None
             return found
 
-        job: CronJob = self.store.call_sync(op, write=True)
-        return job
+        return op
 
     async def advance(self, job: CronJob, next_run_at: float | None) -> None:
         """Move a job's next run on (unless someone changed the job meanwhile)."""

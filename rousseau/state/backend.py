@@ -47,8 +47,9 @@ class Backend:
             await self.store.aclose()
 
 
-async def open_backend(config: Config) -> Backend:
-    """Open the configured state (migrating it); StoreError says why it cannot be."""
+async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
+    """Open the configured state (migrating it); StoreError says why it cannot be. Only a
+    `daemon` joins the daemons sharing a PostgreSQL store (a command does not)."""
     if config.state.url is None:
         # Migrations and the wait for the WAL switch are blocking work: off the event loop.
         store = await anyio.to_thread.run_sync(Store, config.state.path)
@@ -63,12 +64,13 @@ async def open_backend(config: Config) -> Backend:
     from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
 
     pg = await PostgresStore.open(config.state.url.get_secret_value())
-    cluster = PostgresDaemonState(pg, lease=config.state.lease)
-    await cluster.beat()
+    state = PostgresDaemonState(pg, lease=config.state.lease)
+    if daemon:
+        await state.beat()
     return Backend(
         store=pg,
-        state=cluster,
+        state=state,
         jobs=PostgresCronJobs(pg),
         transport_state=functools.partial(PostgresTransportState, pg),
-        cluster=cluster,
+        cluster=state if daemon else None,
     )

@@ -428,12 +428,15 @@ class PostgresStore:
             )
 
     async def list_sessions(self, limit: int = 50) -> list[SessionInfo]:
+        return await self._listed("", (limit,))
+
+    async def _listed(self, where: str, args: tuple[object, ...]) -> list[SessionInfo]:
         async with self.transaction() as db:
             cursor = await db.execute(
                 "SELECT id, title, message_count, created_at, updated_at, input_tokens,"
                 " output_tokens, cache_read_tokens, cache_write_tokens, agent FROM sessions"
-                " ORDER BY updated_at DESC LIMIT %s",
-                (limit,),
+                f" {where} ORDER BY updated_at DESC LIMIT %s",
+                args,
             )
             rows = await cursor.fetchall()
         return [
@@ -453,6 +456,43 @@ class PostgresStore:
             )
             for r in rows
         ]
+
+    async def info(self, session_id: str) -> SessionInfo | None:
+        found = await self._listed("WHERE id = %s", (session_id, 1))
+        return found[0] if found else None
+
+    async def resolve(self, prefix: str) -> str:
+        found: list[str] = []
+        if prefix:
+            async with self.transaction() as db:
+                cursor = await db.execute(
+                    "SELECT id FROM sessions WHERE starts_with(id, %(p)s)"
+                    " ORDER BY id != %(p)s, updated_at DESC LIMIT 4",
+                    {"p": prefix},
+                )
+                found = [str(r[0]) for r in await cursor.fetchall()]
+        if found and (found[0] == prefix or len(found) == 1):
+            return found[0]
+        if not found:
+            raise StoreError(f"no such session: {prefix}")
+        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        raise StoreError(f"{prefix!r} starts several sessions ({shown}): give more of the id")
+
+    async def totals(self) -> tuple[int, Usage]:
+        async with self.transaction() as db:
+            cursor = await db.execute(
+                "SELECT count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens),"
+                " 0), coalesce(sum(cache_read_tokens), 0), coalesce(sum(cache_write_tokens), 0)"
+                " FROM sessions"
+            )
+            r = await cursor.fetchone()
+        assert r is not None
+        return int(r[0]), Usage(
+            input_tokens=int(r[1]),
+            output_tokens=int(r[2]),
+            cache_read_tokens=int(r[3]),
+            cache_write_tokens=int(r[4]),
+        )
 
     async def delete_session(self, session_id: str) -> bool:
         async with self.transaction() as db:

@@ -116,6 +116,19 @@ class SessionStore(MessageLog, AuditLog, Protocol):
 
     async def delete_session(self, session_id: str) -> bool: ...
 
+    async def info(self, session_id: str) -> SessionInfo | None:
+        """The session as listed, without its messages."""
+        ...
+
+    async def resolve(self, prefix: str) -> str:
+        """The id of the one session whose id is `prefix` or starts with it; StoreError
+        when none does or several do."""
+        ...
+
+    async def totals(self) -> tuple[int, Usage]:
+        """How many sessions there are and what they cost, all together."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

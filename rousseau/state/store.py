@@ -491,6 +491,16 @@ class Store:
 
         return op
 
+    async def totals(self) -> tuple[int, Usage]:
+        return await self.call(self._usage_total)
+
+    async def info(self, session_id: str) -> SessionInfo | None:
+        found = await self.call(self._list(1, session_id))
+        return found[0] if found else None
+
+    async def resolve(self, prefix: str) -> str:
+        return await anyio.to_thread.run_sync(self.resolve_sync, prefix)
+
     async def tool_calls(
         self, limit: int = 50, session_id: str | None = None
     ) -> list[ToolCallRecord]:
