@@ -1,12 +1,13 @@
 # rousseau in a slim, non-root container. State and workspace are volumes.
-#   docker build -t rousseau .
+#   docker build -t rousseau .   (more extras: --build-arg EXTRAS=openai,slack,postgres)
 #   docker run -d --env-file rousseau.env -v rousseau-state:/var/lib/rousseau rousseau
 FROM python:3.12-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY rousseau ./rousseau
+ARG EXTRAS=anthropic,openai,telegram
 RUN python -m venv /opt/rousseau \
- && /opt/rousseau/bin/pip install --no-cache-dir '.[anthropic,openai,telegram]'
+ && /opt/rousseau/bin/pip install --no-cache-dir ".[${EXTRAS}]"
 
 FROM python:3.12-slim
 RUN useradd --system --create-home --home-dir /var/lib/rousseau --shell /usr/sbin/nologin rousseau \

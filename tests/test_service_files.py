@@ -75,5 +75,16 @@ def test_compose_and_configs_parse() -> None:
     assert config.telegram is not None and config.health is not None
 
 
+def test_the_cluster_compose_file_runs_three_hardened_daemons_on_postgresql() -> None:
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.cluster.yaml").read_text())
+    daemons = [s for name, s in compose["services"].items() if name.startswith("rousseau")]
+    assert len(daemons) == 3
+    for service in daemons:
+        assert service["read_only"] is True and "no-new-privileges:true" in service["security_opt"]
+        assert service["environment"]["ROUSSEAU_STATE_URL"].startswith("postgresql://")
+        assert "postgres" in service["build"]["args"]["EXTRAS"].split(",")
+    assert compose["services"]["postgres"]["image"] == "postgres:15"
+
+
 def test_install_script_is_valid_shell() -> None:
     subprocess.run(["sh", "-n", str(ROOT / "deploy" / "install.sh")], check=True)
