@@ -312,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
     go.add_argument("path", metavar="PATH", help="the Go daemon's sessions.db")
     go.set_defaults(func="import_go:import_go")
 
+    # -- migrate-state ------------------------------------------------------------------------
+    move = sub.add_parser(
+        "migrate-state",
+        help="copy the SQLite store into an empty PostgreSQL database (see docs/cluster.md)",
+    )
+    move.add_argument(
+        "--to", required=True, metavar="URL", help="postgresql://user:password@host:port/db"
+    )
+    move.set_defaults(func="migrate_state:migrate_state")
+
     _global_options_anywhere(parser)
     return parser
 
