@@ -521,11 +521,24 @@ class TransportConfig(Section):
     unset: `default_agent`."""
 
 
+class TelegramWebhookConfig(Section):
+    url: str
+    """The public HTTPS address Telegram posts updates to: a reverse proxy or load balancer
+    in front of the daemons."""
+    listen: str = "127.0.0.1:8443"
+    """Where this daemon takes the posts (host:port)."""
+    secret: SecretStr | None = None
+    """Checked on every post (letters, digits, _ and -); unset: one made from the token."""
+
+
 class TelegramConfig(TransportConfig):
     token: SecretStr | None = None
     """The bot token from @BotFather (or TELEGRAM_BOT_TOKEN)."""
     base_url: str | None = None
     """A local Bot API server to use instead of Telegram's own."""
+    webhook: TelegramWebhookConfig | None = None
+    """Updates posted to the daemon instead of long polling; several daemons behind one
+    load balancer then all take them."""
 
 
 class SlackConfig(TransportConfig):

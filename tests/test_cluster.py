@@ -23,7 +23,7 @@ from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, o
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.faults.support import wait_until
-from tests.helpers import ROUSSEAU
+from tests.helpers import ROUSSEAU, free_port
 from tests.postgres.server import Postgres
 
 LEASE = 3.0
@@ -39,7 +39,7 @@ def echo(recorded: Recorded) -> Reply:
 class Member:
     """One daemon of the cluster, with a folder of its own (its lock and workspace)."""
 
-    def __init__(self, root: Path, name: str, config: dict[str, Any]) -> None:
+    def __init__(self, root: Path, name: str, config: dict[str, Any], *, hook: bool = False):
         self.folder = root / name
         self.folder.mkdir(parents=True)
         self.config = self.folder / "config.yaml"
@@ -48,6 +48,13 @@ class Member:
             "state": {**config["state"], "path": str(self.folder / "state.db")},
             "agent": {"workspace": str(self.folder / "ws")},
         }
+        self.hook = ""
+        """With `hook`: the address this daemon takes Telegram's posts at."""
+        if hook:
+            port = free_port()
+            self.hook = f"http://127.0.0.1:{port}/telegram"
+            webhook = {"url": "https://bot.example.org/telegram", "listen": f"127.0.0.1:{port}"}
+            own["telegram"] = {**config["telegram"], "webhook": webhook}
         self.config.write_text(json.dumps(own))
         self.config.chmod(0o600)
         self.log = self.folder / "daemon.log"
@@ -227,103 +234,150 @@ def test_the_owner_runs_a_cluster_from_the_command_line(
                 member.kill()
 
 
-@pytest.mark.timeout(300)
-def test_three_daemons_answer_every_message_once_in_order_through_two_kills(
-    tmp_path: Path,
-    cluster_config: tuple[dict[str, Any], FakeTelegram, FakeSlack, str],
-    fake_llm: FakeLLMServer,
-) -> None:
-    config, telegram, slack, url = cluster_config
-    members = [Member(tmp_path, f"d{i}", config).start() for i in range(3)]
-    total = 2000
-    sent: dict[str, list[int]] = defaultdict(list)
+class Traffic:
+    """2,000 messages from 50 chats (25 on Telegram, 25 on Slack) at about 80 a second,
+    and every echo the platforms took."""
 
-    def load() -> None:
-        for i in range(total):
+    TOTAL = 2000
+
+    def __init__(self, telegram: FakeTelegram, slack: FakeSlack) -> None:
+        self.telegram, self.slack = telegram, slack
+        self.sent: dict[str, list[int]] = defaultdict(list)
+        self.thread = threading.Thread(target=self._push, daemon=True)
+
+    def _push(self) -> None:
+        for i in range(self.TOTAL):
             chat = i % 50
             if chat < 25:
-                telegram.push(f"m{i}", chat_id=TELEGRAM_CHATS[chat], user_id=TELEGRAM_CHATS[chat])
-                sent[f"telegram:{TELEGRAM_CHATS[chat]}"].append(i)
+                user = TELEGRAM_CHATS[chat]
+                self.telegram.push(f"m{i}", chat_id=user, user_id=user)
+                self.sent[f"telegram:{user}"].append(i)
             else:
                 channel = SLACK_CHATS[chat - 25]
-                slack.message(f"m{i}", user=f"U{channel}", channel=channel)
-                sent[f"slack:{channel}"].append(i)
-            time.sleep(0.012)  # about 80 messages a second
+                self.slack.message(f"m{i}", user=f"U{channel}", channel=channel)
+                self.sent[f"slack:{channel}"].append(i)
+            time.sleep(0.012)
 
-    def replies() -> list[tuple[str, int, float]]:
+    def replies(self) -> list[tuple[str, int, float]]:
         """Every echo the platforms took: (chat, number, when)."""
         out = [
             (f"telegram:{m.chat_id}", int(m.text.removeprefix("echo: m")), m.at)
-            for m in list(telegram.sent)
+            for m in list(self.telegram.sent)
             if m.text.startswith("echo: m")
         ]
         out += [
             (f"slack:{p.channel}", int(p.text.removeprefix("echo: m")), p.at)
-            for p in list(slack.posted)
+            for p in list(self.slack.posted)
             if p.text.startswith("echo: m")
         ]
         return out
 
-    try:
-        slack.wait_connections(3, timeout=30)
-        assert wait_until(lambda: poller_of(url) is not None, timeout=30)
-        anyio.run(every_five_seconds, url)
-        pusher = threading.Thread(target=load)
-        started = time.monotonic()
-        pusher.start()
-        moves, kills = [], []
-        for _ in range(2):  # kill the Telegram poller, mid-flow, twice
-            time.sleep(6)
-            before = poller_of(url)
-            victim = next(m for m in members if f":{m.pid()}:" in str(before))
-            victim.kill()
-            kills.append(time.time())
-            killed = time.monotonic()
+    def answered(self) -> int:
+        return len({r[:2] for r in self.replies()})
+
+
+def kill_twice(
+    members: list[Member], telegram: FakeTelegram, url: str, hook: bool
+) -> tuple[list[float], list[float]]:
+    """Kill a daemon six seconds into the flow, restart it, and again: with polling the
+    Telegram poller, with a webhook whichever took the last post. When each kill was, and
+    (polling) how long the poller took to move."""
+    moves: list[float] = []
+    kills: list[float] = []
+    for _ in range(2):
+        time.sleep(6)
+        before = poller_of(url)
+        victim = next(
+            m
+            for m in members
+            if (m.hook == telegram.posted_to[-1] if hook else f":{m.pid()}:" in str(before))
+        )
+        victim.kill()
+        kills.append(time.time())
+        killed = time.monotonic()
+        if not hook:
             assert wait_until(lambda b=before: poller_of(url) not in (None, b), timeout=15)
             moves.append(time.monotonic() - killed)
-            victim.start()
-        pusher.join()
+        victim.start()
+    return moves, kills
+
+
+def check_once_in_order(traffic: Traffic, url: str, kills: list[float], logs: str) -> None:
+    """Each chat's answers in order, each message answered by one turn (one outbox row).
+
+    A part the platform took just before a kill, before it was recorded as sent, goes out
+    again from the daemon that takes over: no platform lets a send be made idempotent, so
+    that copy is allowed, and only where a kill came between the two. Slack sends an event
+    again, seconds later and to another connection, when the one it went to was killed
+    before acknowledging it: a Slack chat's answers keep the order its messages reached the
+    cluster (a Telegram chat's, the order they were sent)."""
+    got = traffic.replies()
+    with psycopg.connect(url) as db:
+        reached = dict(db.execute("SELECT text, received_at FROM inbox").fetchall())
+        rows = Counter(
+            t for (t,) in db.execute("SELECT text FROM outbox WHERE text LIKE 'echo: m%'")
+        )
+    for chat, numbers in traffic.sent.items():
+        firsts = list(dict.fromkeys(n for c, n, _ in got if c == chat))
+        if chat.startswith("slack:"):
+            numbers = sorted(numbers, key=lambda n: reached[f"m{n}"])
+        assert firsts == numbers, f"{chat}: {numbers} != {firsts}\n{logs}"
+    assert set(rows.values()) == {1}, [t for t, n in rows.items() if n > 1]
+    copies = Counter(r[:2] for r in got)
+    for twice in [k for k, n in copies.items() if n > 1]:
+        times = sorted(at for c, n, at in got if (c, n) == twice)
+        assert any(times[0] < k < times[-1] for k in kills), (twice, times, kills)
+
+
+def check_cron(telegram: FakeTelegram, url: str, elapsed: float, kills: int) -> None:
+    """Each scheduled time ran once, none was missed for long, each finished run was told."""
+    with psycopg.connect(url) as db:
+        runs = db.execute("SELECT scheduled_at, status FROM cron_runs").fetchall()
+    scheduled = [at for at, _ in runs]
+    assert len(scheduled) == len(set(scheduled))
+    assert len(scheduled) >= elapsed / 5 - 3
+    ticks = [s for s in telegram.sent if s.chat_id == 1000 and "tick" in s.text]
+    finished = [at for at, status in runs if status == "ok"]
+    assert len(ticks) == len(finished)
+    assert len(runs) - len(finished) <= kills  # a kill cuts at most the run it ran
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("updates", ["polling", "webhook"])
+def test_three_daemons_answer_every_message_once_in_order_through_two_kills(
+    updates: str,
+    tmp_path: Path,
+    cluster_config: tuple[dict[str, Any], FakeTelegram, FakeSlack, str],
+) -> None:
+    """Telegram long polling runs on the elected daemon, which is the one killed; with a
+    webhook, every daemon takes Telegram's posts (a balancer in front), and the one killed is
+    whichever took the last."""
+    config, telegram, slack, url = cluster_config
+    hook = updates == "webhook"
+    members = [Member(tmp_path, f"d{i}", config, hook=hook).start() for i in range(3)]
+    telegram.balance = [m.hook for m in members if m.hook]
+    traffic = Traffic(telegram, slack)
+    try:
+        slack.wait_connections(3, timeout=30)
+        ready = (lambda: telegram.webhook is not None) if hook else (lambda: bool(poller_of(url)))
+        assert wait_until(ready, timeout=30)
+        anyio.run(every_five_seconds, url)
+        started = time.monotonic()
+        traffic.thread.start()
+        moves, kills = kill_twice(members, telegram, url, hook)
+        traffic.thread.join()
         elapsed = time.monotonic() - started
-        done = wait_until(lambda: len({r[:2] for r in replies()}) >= total, timeout=90)
+        done = wait_until(lambda: traffic.answered() >= Traffic.TOTAL, timeout=90)
         time.sleep(2 * LEASE)  # anything sent twice would show by now
         logs = "\n".join(m.log.read_text()[-2000:] for m in members)
-        got = replies()
-        assert done, f"{counts(got, url)}\n{logs}"
-        # Each chat's answers in order, each message answered by one turn (one outbox
-        # row). A part the platform took just before a kill, before it was recorded as sent,
-        # goes out again from the daemon that takes over: no platform lets a send be made
-        # idempotent, so that copy is allowed, and only where a kill came between the two.
-        # Slack sends an event again, seconds later and to another connection, when the
-        # one it went to was killed before acknowledging it: a Slack chat's answers keep
-        # the order its messages reached the cluster (a Telegram chat's, the order sent).
-        with psycopg.connect(url) as db:
-            reached = dict(db.execute("SELECT text, received_at FROM inbox").fetchall())
-        for chat, numbers in sent.items():
-            firsts = list(dict.fromkeys(n for c, n, _ in got if c == chat))
-            if chat.startswith("slack:"):
-                numbers = sorted(numbers, key=lambda n: reached[f"m{n}"])
-            assert firsts == numbers, f"{chat}: {numbers} != {firsts}\n{logs}"
-        with psycopg.connect(url) as db:
-            rows = Counter(
-                t for (t,) in db.execute("SELECT text FROM outbox WHERE text LIKE 'echo: m%'")
-            )
-        assert set(rows.values()) == {1}, [t for t, n in rows.items() if n > 1]
-        copies = Counter(r[:2] for r in got)
-        for twice in [k for k, n in copies.items() if n > 1]:
-            times = sorted(at for c, n, at in got if (c, n) == twice)
-            assert any(times[0] < k < times[-1] for k in kills), (twice, times, kills)
-        assert max(moves) < 10, moves  # the poller moved to a live daemon within 10 s
+        assert done, f"{counts(traffic.replies(), url)}\n{logs}"
+        check_once_in_order(traffic, url, kills, logs)
+        assert max(moves, default=0) < 10, moves  # the poller moved to a live daemon in 10 s
+        if hook:  # every daemon took posts
+            assert {m.hook for m in members} <= set(telegram.posted_to)
         for member in members:  # a clean stop: what is queued goes out, nothing more runs
             assert member.stop() == 0
-        with psycopg.connect(url) as db:
-            runs = db.execute("SELECT scheduled_at, status FROM cron_runs").fetchall()
-        scheduled = [at for at, _ in runs]
-        assert len(scheduled) == len(set(scheduled))  # each scheduled time ran once
-        assert len(scheduled) >= elapsed / 5 - 3  # and none was missed for long
-        ticks = [s for s in telegram.sent if s.chat_id == 1000 and "tick" in s.text]
-        finished = [at for at, status in runs if status == "ok"]
-        assert len(ticks) == len(finished)  # each finished run told once
-        assert len(runs) - len(finished) <= len(kills)  # a kill cuts at most the run it ran
+        check_cron(telegram, url, elapsed, len(kills))
     finally:
         for member in members:
             if member.proc is not None and member.proc.poll() is None:

@@ -32,9 +32,22 @@ TRANSPORTS = (
 def _telegram(section: Any) -> Transport:
     if section is None or section.token is None:
         raise ConfigError("telegram.token: not set; set it or TELEGRAM_BOT_TOKEN")
-    from rousseau.transports.telegram import TelegramTransport
+    from rousseau.transports.telegram import TelegramTransport, Webhook
 
-    return TelegramTransport(section.token.get_secret_value(), base_url=section.base_url)
+    hook = section.webhook
+    return TelegramTransport(
+        section.token.get_secret_value(),
+        base_url=section.base_url,
+        webhook=(
+            Webhook(
+                url=hook.url,
+                listen=hook.listen,
+                secret=hook.secret.get_secret_value() if hook.secret is not None else "",
+            )
+            if hook is not None
+            else None
+        ),
+    )
 
 
 def _slack(section: Any) -> Transport:

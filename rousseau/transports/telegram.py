@@ -1,17 +1,22 @@
-"""Telegram through python-telegram-bot: long polling, private chats and groups, flood control.
+"""Telegram through python-telegram-bot: long polling or a webhook, private chats and groups,
+flood control.
 
-An update is acknowledged (the next getUpdates offset moves past it) only after the Router has
-persisted it, so a crash never loses a message; Telegram redelivers what was not acknowledged.
+An update is acknowledged (the next getUpdates offset moves past it, or the webhook's answer
+is 200) only after the Router has persisted it, so a crash never loses a message; Telegram
+redelivers what was not acknowledged.
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
+import hashlib
+import hmac
 import json
 import os
 import warnings
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -42,6 +47,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the telegram transport", "telegram") from exc
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
 log = structlog.get_logger("rousseau.telegram")
 
 MAX_LENGTH = 4096
@@ -55,6 +63,21 @@ POLL_LIMIT = 20
 """Updates asked for per poll. The SDK parses a whole batch in one go on the event loop (about
 a quarter of a millisecond per update), so a full batch of 100 would hold it for 25+ ms."""
 _GROUPS = ("group", "supergroup")
+_UPDATES = ["message", "callback_query"]
+"""The kinds of update asked for (by getUpdates or the webhook)."""
+_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """Updates posted to the daemon instead of long polling."""
+
+    url: str
+    """The public HTTPS address Telegram posts to (a proxy or load balancer before the daemons)."""
+    listen: str = "127.0.0.1:8443"
+    """Where this daemon takes the posts, host:port."""
+    secret: str = ""
+    """What Telegram sends with each post, checked; empty: one made from the bot token."""
 
 
 class TelegramTransport:
@@ -64,7 +87,12 @@ class TelegramTransport:
     measure = staticmethod(utf16_len)
 
     def __init__(
-        self, token: str, *, base_url: str | None = None, poll_timeout: int = POLL_TIMEOUT
+        self,
+        token: str,
+        *,
+        base_url: str | None = None,
+        poll_timeout: int = POLL_TIMEOUT,
+        webhook: Webhook | None = None,
     ):
         root = (base_url or "https://api.telegram.org").rstrip("/")
         root = root if root.endswith("/bot") else root + "/bot"
@@ -85,6 +113,15 @@ class TelegramTransport:
         self._scope: anyio.CancelScope | None = None
         self._offset: int | None = None
         self._me: Any = None
+        self.webhook = webhook
+        self.shares_connections = webhook is not None
+        """With a webhook, every daemon of a cluster takes posts (see Transport)."""
+        self._secret = ""
+        if webhook is not None:  # the same on every daemon of a cluster, unless one is set
+            made = hashlib.sha256(f"rousseau-webhook:{token}".encode()).hexdigest()[:48]
+            self._secret = webhook.secret or made
+        self.port: int | None = None
+        """The port the webhook listens on (once running)."""
 
     @property
     def connected(self) -> bool:
@@ -109,22 +146,96 @@ class TelegramTransport:
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        runner = None
         try:
             await self.bot.initialize()
             self._me = self.bot.bot
-            await self.bot.delete_webhook()
+            if self.webhook is None:
+                await self.bot.delete_webhook()
+            else:
+                runner = await self._serve(handler)
+                await self.bot.set_webhook(
+                    self.webhook.url, secret_token=self._secret, allowed_updates=_UPDATES
+                )
         except TelegramError as exc:
+            if runner is not None:
+                await runner.cleanup()
             raise self._failed("cannot reach the Bot API", exc) from exc
         self._connected = True
-        log.info("telegram.connected", bot=self._me.username)
+        log.info("telegram.connected", bot=self._me.username, webhook=self.webhook is not None)
         task_status.started()
         try:
             with anyio.CancelScope() as self._scope:
-                while True:
+                while runner is None:
                     await self._poll(handler)
+                await anyio.sleep_forever()  # the webhook's server takes the updates
         finally:
             self._connected = False
             self._scope = None
+            if runner is not None:
+                with anyio.CancelScope(shield=True):
+                    await runner.cleanup()
+
+    async def _serve(self, handler: InboundHandler) -> web.AppRunner:
+        """The webhook's server: one POST route, the path of the webhook's URL."""
+        from urllib.parse import urlsplit
+
+        from aiohttp import web
+
+        assert self.webhook is not None
+
+        async def receive(request: web.Request) -> web.Response:
+            return await self._receive(request, handler)
+
+        app = web.Application(client_max_size=1024 * 1024)
+        app.router.add_post(urlsplit(self.webhook.url).path or "/", receive)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        host, _, port = self.webhook.listen.rpartition(":")
+        site = web.TCPSite(runner, host or "127.0.0.1", int(port))
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise TransportError(
+                f"telegram.webhook.listen: cannot listen on {self.webhook.listen}: {exc}"
+            ) from exc
+        server = site._server
+        if server is not None and server.sockets:  # type: ignore[attr-defined]
+            self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        return runner
+
+    async def _receive(self, request: web.Request, handler: InboundHandler) -> web.Response:
+        """One posted update: 200 once it is persisted (or is one to skip); an error status
+        otherwise, so that Telegram posts it again (to this daemon or, behind a balancer,
+        another)."""
+        from aiohttp import web
+
+        given = request.headers.get(_SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self._secret.encode()):
+            log.warning("telegram.webhook_refused", reason="wrong secret token")
+            return web.Response(status=403)
+        try:
+            data = await request.json()
+            update_id = int(data["update_id"])
+        except (ValueError, KeyError, TypeError):
+            return web.Response(status=400)
+        try:
+            update = telegram.Update.de_json(data, self.bot)
+        except Exception:  # a malformed update is skipped, never retried forever
+            log.exception("telegram.bad_update", update=update_id)
+            return web.Response(text="skipped")
+        inbound = self._inbound(update_id, update)
+        try:
+            if inbound is not None:
+                inbound = await self._with_files(inbound, update)
+                await handler(inbound)  # persisted: now it may be acknowledged
+        except Exception as exc:  # not persisted (stopping, or the store failed)
+            log.info("telegram.webhook_retry", update=update_id, error=type(exc).__name__)
+            return web.Response(status=503)
+        if update is not None and update.callback_query is not None:
+            await self._answered(update.callback_query)
+        return web.Response(text="ok")
 
     async def _poll(self, handler: InboundHandler) -> None:
         try:
@@ -134,7 +245,7 @@ class TelegramTransport:
                     offset=self._offset,
                     limit=POLL_LIMIT,
                     timeout=self.poll_timeout,
-                    allowed_updates=["message", "callback_query"],
+                    allowed_updates=_UPDATES,
                 )
             ]
         except RetryAfter as exc:

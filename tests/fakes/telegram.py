@@ -15,6 +15,8 @@ import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,6 +103,15 @@ class FakeTelegram:
         """File ids downloaded, in order."""
         self.uploads_down = False
         """Answer sendPhoto and sendDocument with 502, as a failing upload path does."""
+        self.webhook: dict[str, Any] | None = None
+        """What setWebhook set (url, secret_token): updates are then posted, not polled."""
+        self.balance: list[str] = []
+        """With a webhook: the daemons' own addresses, posted to in turn as a load balancer
+        in front of them would (a refused or failed post goes to the next)."""
+        self.posted_to: list[str] = []
+        """Where each update was taken (a 200), in order."""
+        self._turn = itertools.count()
+        self._posting = False
         self._cond = threading.Condition()
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(1)
@@ -259,6 +270,54 @@ class FakeTelegram:
         with self._cond:
             self.updates.append(update)
             self._cond.notify_all()
+            self._start_posting()
+
+    def _start_posting(self) -> None:
+        """(Holding the lock.) One thread posts, while there is a webhook and updates."""
+        if self.webhook is not None and self.updates and not self._posting:
+            self._posting = True
+            threading.Thread(target=self._post_updates, daemon=True).start()
+
+    def _post_updates(self) -> None:
+        """Post the queued updates one at a time, as Telegram does to a webhook: each until
+        it is taken (a 200), then the next."""
+        while True:
+            with self._cond:
+                if not self.updates or self.webhook is None:
+                    self._posting = False
+                    return
+                update = self.updates[0]
+            targets = self.balance or [self.webhook["url"]]
+            target = targets[next(self._turn) % len(targets)]
+            request = urllib.request.Request(
+                target,
+                data=json.dumps(update).encode(),
+                headers={
+                    "content-type": "application/json",
+                    "X-Telegram-Bot-Api-Secret-Token": self.webhook.get("secret_token") or "",
+                },
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    taken = answer.status == 200
+            except (OSError, urllib.error.HTTPError):
+                taken = False
+            if not taken:
+                time.sleep(0.1)
+                continue
+            with self._cond:
+                self.posted_to.append(target)
+                self.updates.remove(update)
+
+    def _api_setWebhook(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._cond:
+            self.webhook = {"url": params["url"], "secret_token": params.get("secret_token")}
+            self._start_posting()
+        return 200, {"ok": True, "result": True}
+
+    def _api_deleteWebhook(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.webhook = None
+        return 200, {"ok": True, "result": True}
 
     def wait_sent(self, count: int, timeout: float = 20.0) -> list[Sent]:
         deadline = time.monotonic() + timeout
