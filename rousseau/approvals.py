@@ -51,6 +51,31 @@ PART_HEAD, PART_TAIL = 160, 60  # the same for each listed command
 PARTS_SHOWN = 30  # commands listed one a line; past that, the first and last half of these
 
 
+class Relay(Protocol):
+    """Where several daemons share the state: a request asked on one daemon may be answered
+    on any (state/postgres_daemon.py keeps them in PostgreSQL and tells the asker)."""
+
+    async def publish(self, code: str, owners: frozenset[str]) -> bool:
+        """Make a request known to every daemon; False if its code is taken already."""
+        ...
+
+    async def owners_of(self, code: str) -> frozenset[str] | None:
+        """Who may answer a waiting request; None if no daemon waits for that code."""
+        ...
+
+    async def send_answer(self, code: str, allow: bool, who: str) -> bool:
+        """Settle the request on the daemon that asked; False if it was settled before."""
+        ...
+
+    async def withdraw(self, code: str) -> None:
+        """The request is settled or given up: forget it."""
+        ...
+
+    def answers(self) -> AsyncIterator[tuple[str, bool, str]]:
+        """Answers given on any daemon to this daemon's requests: (code, allow, who)."""
+        ...
+
+
 @dataclass(kw_only=True)
 class _Pending:
     request: ApprovalRequest
@@ -91,6 +116,8 @@ class ChatApprovals:
         """Held while a turn waits for an answer (the router frees the turn's slot)."""
         self.pending: dict[str, _Pending] = {}
         self._issued: OrderedDict[str, None] = OrderedDict()
+        self.relay: Relay | None = None
+        """Where daemons share the state: how requests are answered across them (`hear`)."""
 
     def _code(self) -> str:
         """A code not given out recently, so a late answer cannot settle a newer request."""
@@ -120,6 +147,8 @@ class ChatApprovals:
         if len(self.pending) >= MAX_PENDING:
             return Decision.denied("too many approvals are waiting", by="approvals full")
         code = self._code()
+        while self.relay is not None and not await self.relay.publish(code, owners):
+            code = self._code()  # another daemon gave this one out
         # What the owner reads and the digest their answer is bound to come from one snapshot.
         digest = request.digest()
         shown = preview(request.tool, request.input, self.splitters)
@@ -142,6 +171,9 @@ class ChatApprovals:
                     await pending.done.wait()
         finally:
             self.pending.pop(code, None)
+            if self.relay is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.relay.withdraw(code)
         if pending.decision is None:
             log.info("approvals.timed_out", code=code, tool=request.tool)
             return Decision.denied(f"no answer within {_minutes(wait)}", by="timeout: no answer")
@@ -151,6 +183,42 @@ class ChatApprovals:
         """`yes ID` / `no ID` naming a code this gave out; "no thanks" is just a message."""
         match = ANSWER.match(text)
         return match is not None and match.group(2).upper() in self._issued
+
+    async def knows(self, text: str) -> bool:
+        """`is_answer`, or (where daemons share the state) an answer to another daemon's."""
+        if self.is_answer(text):
+            return True
+        match = ANSWER.match(text)
+        if match is None or self.relay is None:
+            return False
+        return await self.relay.owners_of(match.group(2).upper()) is not None
+
+    async def settle(self, inbound: Inbound) -> str:
+        """`answer`, for a request of this daemon or (where daemons share the state) of
+        another; the reply for its sender."""
+        match = ANSWER.match(inbound.text)
+        assert match is not None
+        code = match.group(2).upper()
+        if code in self.pending or self.relay is None:
+            return self.answer(inbound)
+        owners = await self.relay.owners_of(code)
+        if owners is None:
+            return f"There is no approval {code} waiting (it may have timed out)."
+        who = f"{inbound.transport}:{inbound.sender_id}"
+        if who not in owners:
+            log.warning("approvals.refused", code=code, sender=who)
+            return f"Only an owner can answer {code}."
+        allow = match.group(1).lower() in ("yes", "y", "approve")
+        if not await self.relay.send_answer(code, allow, who):
+            return f"There is no approval {code} waiting (it may have timed out)."
+        log.info("approvals.relayed", code=code, allow=allow, by=who)
+        return f"{'Approved' if allow else 'Denied'} {code}."
+
+    async def hear(self) -> None:
+        """Take the answers other daemons relay to this one's requests, until cancelled."""
+        assert self.relay is not None
+        async for code, allow, who in self.relay.answers():
+            self._decide(code, allow, who)
 
     def answer(self, inbound: Inbound) -> str:
         """Settle the request an answer names; the reply for its sender."""
@@ -165,6 +233,13 @@ class ChatApprovals:
             log.warning("approvals.refused", code=code, sender=who)
             return f"Only an owner can answer {code}."
         allow = verb in ("yes", "y", "approve")
+        self._decide(code, allow, who)
+        return f"{'Approved' if allow else 'Denied'} {code}."
+
+    def _decide(self, code: str, allow: bool, who: str) -> None:
+        pending = self.pending.get(code)
+        if pending is None or pending.done.is_set() or who not in pending.owners:
+            return
         pending.decision = (
             Decision.allowed(by=f"owner {who}", digest=pending.digest)
             if allow
@@ -172,7 +247,6 @@ class ChatApprovals:
         )
         pending.done.set()
         log.info("approvals.answered", code=code, allow=allow, by=who)
-        return f"{'Approved' if allow else 'Denied'} {code}."
 
 
 # -- what the owner reads ----------------------------------------------------------------

@@ -267,6 +267,8 @@ class Daemon:
         registry.register(self._cron_tool)
         sections = [config.agent, *config.agents.values()]
         approvals = ChatApprovals() if any(a.approver is not None for a in sections) else None
+        if approvals is not None and backend.cluster is not None:
+            approvals.relay = backend.cluster.approvals()  # answered on any daemon
         router = Router(
             agent=build_agent(
                 config, provider, store, registry=registry, ask=_ask(approvals, config)
@@ -348,6 +350,8 @@ class Daemon:
             if cluster is not None:
                 tg.start_soon(cluster.beating)
                 tg.start_soon(self._adopt, router, cluster)
+                if router.approvals is not None:
+                    tg.start_soon(router.approvals.hear)
             for transport in self.transports.values():
                 if cluster is not None and not getattr(transport, "shares_connections", False):
                     tg.start_soon(self._elected, transport, router, cluster)

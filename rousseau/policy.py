@@ -135,13 +135,13 @@ class Admission:
         """The verdict for one inbound; anything taken is persisted before this returns."""
         policy = self.policy(inbound.transport)
         approvals = self.approvals
-        if approvals is not None and approvals.is_answer(inbound.text):
+        if approvals is not None and await approvals.knows(inbound.text):
             # An owner's `yes ID` / `no ID` settles a waiting tool call and goes no further
             # (in groups too, mention or not). From a stranger it is an ordinary message.
             who = f"{inbound.transport}:{inbound.sender_id}"
             if who in approvals.owners or await self._admitted(inbound, policy):
                 if await self.state.accept(inbound, ignored=True):  # a redelivery answers nothing
-                    return Admitted(verdict=Verdict.ANSWER, reply=approvals.answer(inbound))
+                    return Admitted(verdict=Verdict.ANSWER, reply=await approvals.settle(inbound))
                 return _DROP
         if inbound.is_group and policy.require_mention and not inbound.mentioned:
             log.debug("router.ignored_group", transport=inbound.transport, chat=inbound.chat_id)

@@ -226,6 +226,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        5,
+        "tool approvals waiting, answered on any daemon",
+        (
+            """CREATE TABLE approvals (
+                code TEXT PRIMARY KEY,
+                daemon TEXT NOT NULL,
+                owners TEXT NOT NULL,
+                asked_at DOUBLE PRECISION NOT NULL,
+                allow BOOLEAN,
+                answered_by TEXT
+            )""",
+        ),
+    ),
 )
 
 

@@ -329,3 +329,54 @@ async def test_a_session_is_held_by_one_daemon_at_a_time(postgres: Postgres) -> 
         tg.start_soon(turn, "two", two)
     assert events == ["one in", "one out", "two in", "two out"]
     await pg.aclose()
+
+
+async def test_an_approval_asked_on_one_daemon_is_answered_on_another(
+    postgres: Postgres,
+) -> None:
+    from rousseau.agent import ApprovalRequest, ToolUse
+    from rousseau.approvals import ChatApprovals
+
+    pg, one, two = await pg_daemons(postgres)
+    told: list[str] = []
+
+    async def notify(transport: str, chat: str, text: str, buttons: tuple[str, ...] = ()) -> int:
+        told.append(text)
+        return 1
+
+    asker = ChatApprovals(owners=["telegram:1"], timeout=20, notify=notify)
+    other = ChatApprovals(owners=["telegram:1"], timeout=20, notify=notify)
+    asker.relay, other.relay = one.approvals(), two.approvals()
+    request = ApprovalRequest(
+        session_id="s", tool_use=ToolUse(id="t", name="bash", input={"command": "ls"})
+    )
+    decisions = []
+
+    async def ask() -> None:
+        decisions.append(await asker.ask(request))
+
+    def answer(text: str, sender: str = "1") -> Inbound:
+        return Inbound(
+            transport="telegram", chat_id=sender, sender_id=sender, message_id=text, text=text
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(asker.hear)
+        tg.start_soon(ask)
+        with anyio.fail_after(10):
+            while not told:
+                await anyio.sleep(0.05)
+        code = told[0].split("[")[1].split("]")[0]
+        assert not other.is_answer(f"yes {code}")  # not its own request...
+        assert await other.knows(f"yes {code}")  # ...but one it can answer
+        assert await other.knows("yes ZZZZ") is False
+        assert "Only an owner" in await other.settle(answer(f"yes {code}", sender="2"))
+        assert await other.settle(answer(f"yes {code}")) == f"Approved {code}."
+        with anyio.fail_after(10):
+            while not decisions:
+                await anyio.sleep(0.05)
+        assert "no approval" in await other.settle(answer(f"no {code}"))  # settled, and gone
+        tg.cancel_scope.cancel()
+    [decision] = decisions
+    assert decision.allow and decision.by == "owner telegram:1"
+    await pg.aclose()
