@@ -9,11 +9,14 @@ Ids are kept, so cron runs still point at their jobs and the order of messages i
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import sqlite_utils
 
 from rousseau.agent import StoreError
 from rousseau.state.postgres import PostgresStore
@@ -107,17 +110,20 @@ async def _copy(db: sqlite3.Connection, pg: AsyncConnection[Any], table: str, co
     extra = ", words" if table == "messages" else ""
     values = ", ".join(["%s"] * len(names)) + (", to_tsvector('simple', %s)" if extra else "")
     insert = f"INSERT INTO {table} ({columns}{extra}) VALUES ({values})"
-    rows = db.execute(f"SELECT {columns} FROM {table}{where} ORDER BY rowid")
-    while batch := rows.fetchmany(_BATCH):
+    rows = (
+        sqlite_utils.Database(db)
+        .table(table)
+        .rows_where(where[len(" WHERE ") :] or None, select=columns, order_by="rowid")
+    )
+    while batch := list(itertools.islice(rows, _BATCH)):
         prepared = []
         for row in batch:
             fixed = [
-                bool(v) if name in booleans and v is not None else v
-                for name, v in zip(names, row, strict=True)
+                bool(row[name]) if name in booleans and row[name] is not None else row[name]
+                for name in names
             ]
             if extra:
-                text = str(row[names.index("text")] or "")
-                fixed.append(" ".join(words_of(text, recall=False)))
+                fixed.append(" ".join(words_of(str(row["text"] or ""), recall=False)))
             prepared.append(fixed)
         async with pg.cursor() as cursor:
             await cursor.executemany(insert, prepared)

@@ -1,12 +1,15 @@
 """Schema migrations, applied in order and recorded in `schema_migrations`.
 
-Append new migrations; never edit one that has shipped.
+Append new migrations; never edit one that has shipped. A migration is SQL statements and,
+after them, optionally a step in Python on the same connection and transaction: where
+sqlite-utils does the work (its import, 0.15 s, is paid only by a store that migrates).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -15,6 +18,20 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    then: Callable[[sqlite3.Connection], None] | None = None
+
+
+def _recall_index(conn: sqlite3.Connection) -> None:
+    """The full-text index over messages and the triggers that keep it in step, as
+    sqlite-utils makes them (they replace the hand-written ones of migration 6); then
+    filled from the messages."""
+    import sqlite_utils
+
+    messages = sqlite_utils.Database(conn).table("messages")
+    messages.enable_fts(
+        ["text"], fts_version="FTS5", tokenize="unicode61 remove_diacritics 2", create_triggers=True
+    )
+    messages.rebuild_fts()
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -320,10 +337,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         "cron jobs: the agent each runs on",
         ("ALTER TABLE cron_jobs ADD COLUMN agent TEXT NOT NULL DEFAULT 'default'",),
     ),
+    Migration(
+        19,
+        "the recall index and its triggers made by sqlite-utils",
+        (
+            "DROP TRIGGER messages_fts_insert",
+            "DROP TRIGGER messages_fts_delete",
+            "DROP TRIGGER messages_fts_update",
+            "DROP TABLE messages_fts",
+        ),
+        then=_recall_index,
+    ),
 )
 
 
-def migrate(conn: sqlite3.Connection) -> list[int]:
+def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[int]:
     """Apply every pending migration, each in its own transaction; return those applied."""
     conn.execute(
         """CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -333,7 +361,7 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
         )"""
     )
     applied: list[int] = []
-    for migration in MIGRATIONS:
+    for migration in migrations:
         conn.execute("BEGIN IMMEDIATE")
         try:
             done = conn.execute(
@@ -342,6 +370,8 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
             if done is None:
                 for statement in migration.statements:
                     conn.execute(statement)
+                if migration.then is not None:
+                    migration.then(conn)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (migration.version, migration.name, time.time()),

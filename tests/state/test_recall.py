@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,37 @@ async def test_a_first_session_searches_nothing(store: Store, scope: Scope) -> N
     assert await SQLiteRecall(store, scope=scope).appendix(first) == ""
     await store.call(lambda db: db.set_trace_callback(None))
     assert searched == []
+
+
+def test_a_store_from_before_sqlite_utils_keeps_its_recall_index(tmp_path: Path) -> None:
+    """Migration 19 hands the index and its triggers to sqlite-utils: what was indexed
+    before is found after, and new, changed and deleted messages keep it in step."""
+    from rousseau.state.migrations import MIGRATIONS, migrate
+
+    path = tmp_path / "old.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as old:
+        migrate(old, MIGRATIONS[:18])
+        old.execute("INSERT INTO sessions (id, created_at, updated_at) VALUES ('s', 0, 0)")
+        old.execute(
+            "INSERT INTO messages (session_id, role, content, text, created_at)"
+            " VALUES ('s', 'user', '[]', 'the okapi lives in Ituri', 0)"
+        )
+    with Store(path) as store:  # opening it migrates it
+        assert [h.session_id for h in store.search_sync("okapi")] == ["s"]
+        store.append_message_sync("s", Message.user("a quokka smiles"))
+        assert [h.text for h in store.search_sync("quokka")] == ["a quokka smiles"]
+
+        def change(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE messages SET text = 'a wombat digs' WHERE text LIKE 'a quokka%'")
+            db.execute("DELETE FROM messages WHERE text LIKE 'the okapi%'")
+
+        store.call_sync(change, write=True)
+        assert store.search_sync("quokka") == [] and store.search_sync("okapi") == []
+        assert [h.text for h in store.search_sync("wombat")] == ["a wombat digs"]
+        triggers = store.call_sync(
+            lambda db: {
+                r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+            }
+        )
+    assert {"messages_ai", "messages_ad", "messages_au"} <= triggers  # sqlite-utils' own
+    assert not {"messages_fts_insert", "messages_fts_delete"} & triggers
