@@ -11,7 +11,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from rousseau.agent import Attachment, Content
 from rousseau.agents import DEFAULT_AGENT
@@ -22,7 +22,7 @@ MAX_PENDING_CODES = 20
 """Pending pairing codes per transport; a newcomer past it evicts the oldest (see pairing_code)."""
 REJECTED_FOR = 86_400.0
 """How long a sender whose code the owner rejected gets no new one."""
-_REJECTED = "pairing.rejected:"  # transport_state key prefix, + sender id; value: until when
+REJECTED_KEY = "pairing.rejected:"  # transport_state key prefix, + sender id; value: until when
 
 
 class Retention(Protocol):
@@ -86,7 +86,7 @@ class PairingGrant:
 _CODE_COLUMNS = "code, transport, sender_id, chat_id, expires_at, created_at"
 
 
-def _code(row: tuple[str, str, str, str, float, float]) -> PairingCode:
+def pairing_code_of(row: tuple[str, str, str, str, float, float]) -> PairingCode:
     return PairingCode(
         code=row[0],
         transport=row[1],
@@ -97,13 +97,13 @@ def _code(row: tuple[str, str, str, str, float, float]) -> PairingCode:
     )
 
 
-def _files_json(attachments: tuple[Attachment, ...]) -> str | None:
+def files_json(attachments: tuple[Attachment, ...]) -> str | None:
     if not attachments:
         return None
     return json.dumps([Content.of_attachment(a).to_dict() for a in attachments])
 
 
-def _sent_files(stored: str | None) -> list[tuple[Attachment, str]]:
+def sent_files(stored: str | None) -> list[tuple[Attachment, str]]:
     """The files a turn sent, with their captions, from their inbox column."""
     found = []
     for entry in json.loads(stored or "[]"):
@@ -113,7 +113,30 @@ def _sent_files(stored: str | None) -> list[tuple[Attachment, str]]:
     return found
 
 
-def _files(stored: str | None) -> tuple[Attachment, ...]:
+OUTBOX_COLUMNS = (
+    "id, transport, chat_id, thread_id, reply_to, text, attempts, buttons, attachment, replaces"
+)
+
+
+def outbox_row(r: tuple[Any, ...]) -> OutboxRow:
+    """A part of the outbox from its OUTBOX_COLUMNS."""
+    return OutboxRow(
+        id=r[0],
+        message=Outbound(
+            transport=r[1],
+            chat_id=r[2],
+            thread_id=r[3],
+            reply_to=r[4],
+            text=r[5],
+            buttons=tuple(json.loads(r[7])) if r[7] else (),
+            attachment=next(iter(files_of(r[8])), None),
+            replaces=r[9],
+        ),
+        attempts=r[6],
+    )
+
+
+def files_of(stored: str | None) -> tuple[Attachment, ...]:
     found = (Content.from_dict(d).attachment for d in json.loads(stored or "[]"))
     return tuple(a for a in found if a is not None)
 
@@ -147,7 +170,7 @@ class DaemonState:
                     inbound.at,
                     status,
                     time.time(),
-                    _files_json(inbound.attachments),
+                    files_json(inbound.attachments),
                     inbound.refusal,
                 ),
             )
@@ -192,7 +215,7 @@ class DaemonState:
             if "tool_use" in {part.get("type") for part in json.loads(last[1])}:
                 return Progress(appended=True, preview=preview)
             return Progress(
-                appended=True, done=str(last[2]), files=_sent_files(row[1]), preview=preview
+                appended=True, done=str(last[2]), files=sent_files(row[1]), preview=preview
             )
 
         return await self.store.call(op)
@@ -254,7 +277,7 @@ class DaemonState:
                     mentioned=bool(r[6]),
                     thread_id=r[7],
                     at=r[8],
-                    attachments=_files(r[9]),
+                    attachments=files_of(r[9]),
                     refusal=r[10],
                 )
                 for r in rows
@@ -285,7 +308,7 @@ class DaemonState:
                         now,
                         now,
                         json.dumps(list(p.buttons)) if p.buttons else None,
-                        _files_json((p.attachment,) if p.attachment else ()),
+                        files_json((p.attachment,) if p.attachment else ()),
                         p.replaces,
                     )
                     for p in parts
@@ -320,23 +343,7 @@ class DaemonState:
                 " ORDER BY id LIMIT ?3",
                 (transport, time.time(), limit, busy),
             ).fetchall()
-            return [
-                OutboxRow(
-                    id=r[0],
-                    message=Outbound(
-                        transport=r[1],
-                        chat_id=r[2],
-                        thread_id=r[3],
-                        reply_to=r[4],
-                        text=r[5],
-                        buttons=tuple(json.loads(r[7])) if r[7] else (),
-                        attachment=next(iter(_files(r[8])), None),
-                        replaces=r[9],
-                    ),
-                    attempts=r[6],
-                )
-                for r in rows
-            ]
+            return [outbox_row(r) for r in rows]
 
         return await self.store.call(op)
 
@@ -441,11 +448,11 @@ class DaemonState:
                 " AND status = 'pending' UNION ALL SELECT attachment FROM outbox"
                 " WHERE attachment IS NOT NULL AND status = 'pending'"
             ):
-                found.update(a.sha256 for a in _files(stored))
+                found.update(a.sha256 for a in files_of(stored))
             for (stored,) in db.execute(
                 "SELECT files_out FROM inbox WHERE files_out IS NOT NULL AND status = 'pending'"
             ):
-                found.update(a.sha256 for a, _ in _sent_files(stored))
+                found.update(a.sha256 for a, _ in sent_files(stored))
             return found
 
         return await self.store.call(op)
@@ -513,11 +520,11 @@ class DaemonState:
             db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
             db.execute(
                 "DELETE FROM transport_state WHERE key LIKE ? AND CAST(value AS REAL) <= ?",
-                (_REJECTED + "%", now),
+                (REJECTED_KEY + "%", now),
             )
             if db.execute(
                 "SELECT 1 FROM transport_state WHERE transport = ? AND key = ?",
-                (transport, _REJECTED + sender_id),
+                (transport, REJECTED_KEY + sender_id),
             ).fetchone():
                 return None
             row = db.execute(
@@ -536,7 +543,7 @@ class DaemonState:
                     " ORDER BY created_at, rowid LIMIT 1",
                     (transport,),
                 ).fetchone()
-                evicted = _code(oldest)
+                evicted = pairing_code_of(oldest)
                 db.execute("DELETE FROM pairing_codes WHERE code = ?", (evicted.code,))
             db.execute(
                 "INSERT INTO pairing_codes (code, transport, sender_id, chat_id, created_at,"
@@ -554,7 +561,7 @@ class DaemonState:
             " ORDER BY created_at, rowid",
             (time.time(),),
         ).fetchall()
-        return [_code(r) for r in rows]
+        return [pairing_code_of(r) for r in rows]
 
     def pairing_codes_sync(self) -> list[PairingCode]:
         return self.store.call_sync(self._codes)
@@ -571,7 +578,7 @@ class DaemonState:
         if row is None:
             return None
         db.execute("DELETE FROM pairing_codes WHERE code = ?", (row[0],))
-        return _code(row)
+        return pairing_code_of(row)
 
     def approve_sync(self, code: str) -> PairingCode | None:
         """Admit the sender behind a live code; None if no such code (or it expired)."""
@@ -591,7 +598,7 @@ class DaemonState:
                 )
                 db.execute(
                     "DELETE FROM transport_state WHERE transport = ? AND key = ?",
-                    (found.transport, _REJECTED + found.sender_id),
+                    (found.transport, REJECTED_KEY + found.sender_id),
                 )
             return found
 
@@ -614,7 +621,11 @@ class DaemonState:
                 db.execute(
                     "INSERT INTO transport_state (transport, key, value) VALUES (?, ?, ?)"
                     " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
-                    (found.transport, _REJECTED + found.sender_id, str(time.time() + for_seconds)),
+                    (
+                        found.transport,
+                        REJECTED_KEY + found.sender_id,
+                        str(time.time() + for_seconds),
+                    ),
                 )
             return found
 

@@ -24,7 +24,7 @@ from typing import Any
 from rousseau.agent import Content, Message, Role, StoreError, ToolResult, ToolUse
 from rousseau.cron.jobs import CronError, CronJob, CronJobs
 from rousseau.cron.targets import TargetError, parse_target
-from rousseau.state.store import TITLE_LENGTH, Store, _title
+from rousseau.state.store import TITLE_LENGTH, Store, title_of
 
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/sebastienrousseau/rousseau-agent")
 _SESSION_COLUMNS = {"id", "title", "payload", "created_at", "updated_at"}
@@ -172,7 +172,7 @@ def _import_session(store: Store, row: tuple[Any, ...], jid: str | None, result:
     if jid is None and title.startswith("chat: "):
         owner, chat, _ = _scope(title.removeprefix("chat: ").strip())
     first_user = next((m.text for m, _ in messages if m.role is Role.USER and m.text), "")
-    head = title.strip() or _title(first_user)
+    head = title.strip() or title_of(first_user)
     updated = _epoch(row[4]) or messages[-1][1]
 
     def op(db: sqlite3.Connection) -> int:

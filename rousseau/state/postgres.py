@@ -24,7 +24,13 @@ from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.migrations import Migration
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.recall import CANDIDATES, RANKED, probed, rarest, words_of
-from rousseau.state.store import TITLE_LENGTH, _decode, _title, new_session_id
+from rousseau.state.store import (
+    TITLE_LENGTH,
+    decode_message,
+    new_session_id,
+    title_of,
+    tool_call_of,
+)
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -364,10 +370,10 @@ class PostgresStore:
                 " ORDER BY id",
                 (session_id,),
             )
-            messages = [_decode(role, content) for role, content in await cursor.fetchall()]
+            messages = [decode_message(role, content) for role, content in await cursor.fetchall()]
         session = Session(id=session_id, messages=messages)
         if row[0] is not None:
-            session.messages.insert(0, _decode(Role.USER.value, row[0]))
+            session.messages.insert(0, decode_message(Role.USER.value, row[0]))
             session.cacheable_messages = 1
         return session
 
@@ -380,7 +386,7 @@ class PostgresStore:
     ) -> None:
         content = json.dumps([c.to_dict() for c in message.content], ensure_ascii=False)
         text = message.text
-        title = _title(text) if message.role is Role.USER else ""
+        title = title_of(text) if message.role is Role.USER else ""
         u = usage or Usage()
         now = time.time()
         async with self.transaction() as db:
@@ -580,20 +586,7 @@ class PostgresStore:
                 args,
             )
             rows = await cursor.fetchall()
-        return [
-            ToolCallRecord(
-                session_id=r[0],
-                tool=r[1],
-                input_digest=r[2],
-                decision=r[3],
-                decided_by=r[4],
-                reason=r[5],
-                started_at=r[6],
-                duration=r[7],
-                outcome=r[8],
-            )
-            for r in rows
-        ]
+        return [tool_call_of(r) for r in rows]
 
     # -- recall and search -----------------------------------------------------------------
 

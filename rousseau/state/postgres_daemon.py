@@ -25,18 +25,20 @@ import structlog
 from rousseau.agent import Attachment, Content, StoreError
 from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.daemon_state import (
-    _REJECTED,
     MAX_PENDING_CODES,
     REJECTED_FOR,
+    REJECTED_KEY,
     SWEEP_BATCH,
     OutboxRow,
     PairingCode,
     PairingGrant,
     Progress,
     Retention,
-    _files,
-    _files_json,
-    _sent_files,
+    files_json,
+    files_of,
+    outbox_row,
+    pairing_code_of,
+    sent_files,
 )
 from rousseau.state.postgres import PostgresStore
 from rousseau.transports.base import Inbound, Outbound
@@ -72,7 +74,7 @@ def _inbound(r: tuple[object, ...]) -> Inbound:
         mentioned=bool(r[6]),
         thread_id=None if r[7] is None else str(r[7]),
         at=float(r[8]),  # type: ignore[arg-type]
-        attachments=_files(r[9]),  # type: ignore[arg-type]
+        attachments=files_of(r[9]),  # type: ignore[arg-type]
         refusal=str(r[10]),
     )
 
@@ -232,7 +234,7 @@ class PostgresDaemonState:
                     inbound.at,
                     "ignored" if ignored else "pending",
                     time.time(),
-                    _files_json(inbound.attachments),
+                    files_json(inbound.attachments),
                     inbound.refusal,
                     None if ignored else self.id,
                 ),
@@ -272,7 +274,7 @@ class PostgresDaemonState:
             return Progress(appended=True, preview=preview)
         if "tool_use" in {part.get("type") for part in json.loads(last[1])}:
             return Progress(appended=True, preview=preview)
-        files = _sent_files(json.dumps(row[1]) if row[1] is not None else None)
+        files = sent_files(json.dumps(row[1]) if row[1] is not None else None)
         return Progress(appended=True, done=str(last[2]), files=files, preview=preview)
 
     async def shown_preview(self, inbound: Inbound, ids: list[str]) -> None:
@@ -302,27 +304,19 @@ class PostgresDaemonState:
     async def pending(self) -> list[Inbound]:
         """Inbound messages accepted but not yet answered, oldest first: this daemon's own,
         unclaimed ones, and those of dead daemons, which are claimed for this one here."""
-        async with self.store.transaction() as db:
-            cursor = await db.execute(
-                f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
-                f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
-                f" AND (claimed_by IS NULL OR claimed_by = %(me)s OR claimed_by IN {_DEAD}"
-                f" OR claimed_by NOT IN (SELECT id FROM daemons))"
-                f" FOR UPDATE SKIP LOCKED) RETURNING {_INBOUND}, received_at",
-                {"me": self.id, "stale": self._stale()},
-            )
-            rows = await cursor.fetchall()
-        rows.sort(key=lambda r: r[-1])
-        return [_inbound(r) for r in rows]
+        return await self._claim_unanswered("claimed_by = %(me)s OR")
 
     async def orphans(self) -> list[Inbound]:
         """Inbound messages that no live daemon holds (their daemon died, or left before
         answering them), oldest first; claimed here for this one."""
+        return await self._claim_unanswered("")
+
+    async def _claim_unanswered(self, own: str) -> list[Inbound]:
         async with self.store.transaction() as db:
             cursor = await db.execute(
                 f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
                 f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
-                f" AND (claimed_by IS NULL OR claimed_by IN {_DEAD}"
+                f" AND ({own} claimed_by IS NULL OR claimed_by IN {_DEAD}"
                 f" OR claimed_by NOT IN (SELECT id FROM daemons))"
                 f" FOR UPDATE SKIP LOCKED) RETURNING {_INBOUND}, received_at",
                 {"me": self.id, "stale": self._stale()},
@@ -389,7 +383,7 @@ class PostgresDaemonState:
                             now,
                             now,
                             json.dumps(list(p.buttons)) if p.buttons else None,
-                            _files_json((p.attachment,) if p.attachment else ()),
+                            files_json((p.attachment,) if p.attachment else ()),
                             p.replaces,
                         )
                         for p in parts
@@ -440,23 +434,7 @@ class PostgresDaemonState:
             )
             rows = await cursor.fetchall()
         rows.sort(key=lambda r: r[0])
-        return [
-            OutboxRow(
-                id=r[0],
-                message=Outbound(
-                    transport=r[1],
-                    chat_id=r[2],
-                    thread_id=r[3],
-                    reply_to=r[4],
-                    text=r[5],
-                    buttons=tuple(json.loads(r[7])) if r[7] else (),
-                    attachment=next(iter(_files(r[8])), None),
-                    replaces=r[9],
-                ),
-                attempts=r[6],
-            )
-            for r in rows
-        ]
+        return [outbox_row(r) for r in rows]
 
     async def next_due_at(self, transport: str) -> float | None:
         async with self.store.transaction() as db:
@@ -549,11 +527,11 @@ class PostgresDaemonState:
             await db.execute("DELETE FROM pairing_codes WHERE expires_at <= %s", (now,))
             await db.execute(
                 "DELETE FROM transport_state WHERE key LIKE %s AND value::float8 <= %s",
-                (_REJECTED + "%", now),
+                (REJECTED_KEY + "%", now),
             )
             cursor = await db.execute(
                 "SELECT 1 FROM transport_state WHERE transport = %s AND key = %s",
-                (transport, _REJECTED + sender_id),
+                (transport, REJECTED_KEY + sender_id),
             )
             if await cursor.fetchone():
                 return None
@@ -571,14 +549,7 @@ class PostgresDaemonState:
             )
             codes = await cursor.fetchall()
             if len(codes) >= MAX_PENDING_CODES:
-                evicted = PairingCode(
-                    code=codes[0][0],
-                    transport=codes[0][1],
-                    sender_id=codes[0][2],
-                    chat_id=codes[0][3],
-                    expires_at=codes[0][4],
-                    created_at=codes[0][5],
-                )
+                evicted = pairing_code_of(codes[0])
                 await db.execute("DELETE FROM pairing_codes WHERE code = %s", (evicted.code,))
             await db.execute(
                 "INSERT INTO pairing_codes (code, transport, sender_id, chat_id, created_at,"
@@ -594,17 +565,7 @@ class PostgresDaemonState:
                 (time.time(),),
             )
             rows = await cursor.fetchall()
-        return [
-            PairingCode(
-                code=r[0],
-                transport=r[1],
-                sender_id=r[2],
-                chat_id=r[3],
-                expires_at=r[4],
-                created_at=r[5],
-            )
-            for r in rows
-        ]
+        return [pairing_code_of(r) for r in rows]
 
     async def approve(self, code: str) -> PairingCode | None:
         """Admit the sender behind a live code; None if no such code (or it expired)."""
@@ -618,7 +579,7 @@ class PostgresDaemonState:
                 )
                 await db.execute(
                     "DELETE FROM transport_state WHERE transport = %s AND key = %s",
-                    (found.transport, _REJECTED + found.sender_id),
+                    (found.transport, REJECTED_KEY + found.sender_id),
                 )
         return found
 
@@ -630,7 +591,11 @@ class PostgresDaemonState:
                 await db.execute(
                     "INSERT INTO transport_state (transport, key, value) VALUES (%s, %s, %s)"
                     " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
-                    (found.transport, _REJECTED + found.sender_id, str(time.time() + for_seconds)),
+                    (
+                        found.transport,
+                        REJECTED_KEY + found.sender_id,
+                        str(time.time() + for_seconds),
+                    ),
                 )
         return found
 
@@ -641,16 +606,7 @@ class PostgresDaemonState:
             (code.strip().upper(), time.time()),
         )
         r = await cursor.fetchone()
-        if r is None:
-            return None
-        return PairingCode(
-            code=r[0],
-            transport=r[1],
-            sender_id=r[2],
-            chat_id=r[3],
-            expires_at=r[4],
-            created_at=r[5],
-        )
+        return None if r is None else pairing_code_of(r)
 
     # -- retention and media ---------------------------------------------------------------
 
@@ -707,12 +663,12 @@ class PostgresDaemonState:
                 " WHERE attachment IS NOT NULL AND status = 'pending'"
             )
             for (stored,) in await cursor.fetchall():
-                found.update(a.sha256 for a in _files(stored))
+                found.update(a.sha256 for a in files_of(stored))
             cursor = await db.execute(
                 "SELECT files_out FROM inbox WHERE files_out IS NOT NULL AND status = 'pending'"
             )
             for (stored,) in await cursor.fetchall():
-                found.update(a.sha256 for a, _ in _sent_files(json.dumps(stored)))
+                found.update(a.sha256 for a, _ in sent_files(json.dumps(stored)))
         return found
 
 

@@ -162,7 +162,7 @@ class Store:
             if row is None:
                 return None
             messages = [
-                _decode(role, content)
+                decode_message(role, content)
                 for role, content in db.execute(
                     "SELECT role, content FROM messages WHERE session_id = ? AND compacted = 0"
                     " ORDER BY id",
@@ -171,7 +171,7 @@ class Store:
             ]
             session = Session(id=session_id, messages=messages)
             if row[0] is not None:
-                session.messages.insert(0, _decode(Role.USER.value, row[0]))
+                session.messages.insert(0, decode_message(Role.USER.value, row[0]))
                 session.cacheable_messages = 1
             return session
 
@@ -183,7 +183,7 @@ class Store:
     ) -> Callable[[sqlite3.Connection], None]:
         content = json.dumps([c.to_dict() for c in message.content], ensure_ascii=False)
         text = message.text
-        title = _title(text) if message.role is Role.USER else ""
+        title = title_of(text) if message.role is Role.USER else ""
         u = usage or Usage()
         tokens = (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
 
@@ -474,20 +474,7 @@ class Store:
                 f" duration, outcome FROM tool_calls {where} ORDER BY id DESC LIMIT ?",
                 args,
             )
-            return [
-                ToolCallRecord(
-                    session_id=r[0],
-                    tool=r[1],
-                    input_digest=r[2],
-                    decision=r[3],
-                    decided_by=r[4],
-                    reason=r[5],
-                    started_at=r[6],
-                    duration=r[7],
-                    outcome=r[8],
-                )
-                for r in rows
-            ]
+            return [tool_call_of(r) for r in rows]
 
         return op
 
@@ -603,10 +590,25 @@ def _info(r: tuple[Any, ...]) -> SessionInfo:
     )
 
 
-def _decode(role: str, content: str) -> Message:
+def tool_call_of(r: tuple[Any, ...]) -> ToolCallRecord:
+    """An audit record from its columns, in the order the audit's readers select them."""
+    return ToolCallRecord(
+        session_id=r[0],
+        tool=r[1],
+        input_digest=r[2],
+        decision=r[3],
+        decided_by=r[4],
+        reason=r[5],
+        started_at=r[6],
+        duration=r[7],
+        outcome=r[8],
+    )
+
+
+def decode_message(role: str, content: str) -> Message:
     return Message(role=Role(role), content=[Content.from_dict(c) for c in json.loads(content)])
 
 
-def _title(text: str) -> str:
+def title_of(text: str) -> str:
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1] + "…"
