@@ -118,6 +118,23 @@ OUTBOX_COLUMNS = (
 )
 
 
+def outbox_params(part: Outbound, now: float) -> tuple[object, ...]:
+    """A part's values for a new outbox row: transport, chat_id, thread_id, reply_to, text,
+    next_attempt_at, created_at, buttons, attachment, replaces."""
+    return (
+        part.transport,
+        part.chat_id,
+        part.thread_id,
+        part.reply_to,
+        part.text,
+        now,
+        now,
+        json.dumps(list(part.buttons)) if part.buttons else None,
+        files_json((part.attachment,) if part.attachment else ()),
+        part.replaces,
+    )
+
+
 def outbox_row(r: tuple[Any, ...]) -> OutboxRow:
     """A part of the outbox from its OUTBOX_COLUMNS."""
     return OutboxRow(
@@ -298,21 +315,7 @@ class DaemonState:
                 "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
                 " next_attempt_at, created_at, buttons, attachment, replaces)"
                 " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
-                [
-                    (
-                        p.transport,
-                        p.chat_id,
-                        p.thread_id,
-                        p.reply_to,
-                        p.text,
-                        now,
-                        now,
-                        json.dumps(list(p.buttons)) if p.buttons else None,
-                        files_json((p.attachment,) if p.attachment else ()),
-                        p.replaces,
-                    )
-                    for p in parts
-                ],
+                [outbox_params(p, now) for p in parts],
             )
             if inbound is not None:
                 db.execute(
@@ -332,8 +335,7 @@ class DaemonState:
 
         def op(db: sqlite3.Connection) -> list[OutboxRow]:
             rows = db.execute(
-                "SELECT id, transport, chat_id, thread_id, reply_to, text, attempts, buttons,"
-                " attachment, replaces FROM outbox o"
+                f"SELECT {OUTBOX_COLUMNS} FROM outbox o"
                 " WHERE status = 'pending' AND transport = ?1 AND next_attempt_at <= ?2"
                 " AND chat_id NOT IN (SELECT value FROM json_each(?4))"
                 # A part never overtakes an earlier one of its chat that waits for a retry.

@@ -28,8 +28,10 @@ from rousseau.state.store import (
     TITLE_LENGTH,
     decode_message,
     new_session_id,
+    resolved,
     title_of,
     tool_call_of,
+    tool_call_params,
 )
 
 if TYPE_CHECKING:
@@ -491,12 +493,7 @@ class PostgresStore:
                     {"p": prefix},
                 )
                 found = [str(r[0]) for r in await cursor.fetchall()]
-        if found and (found[0] == prefix or len(found) == 1):
-            return found[0]
-        if not found:
-            raise StoreError(f"no such session: {prefix}")
-        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
-        raise StoreError(f"{prefix!r} starts several sessions ({shown}): give more of the id")
+        return resolved(prefix, found)
 
     async def totals(self) -> tuple[int, Usage]:
         async with self.transaction() as db:
@@ -560,17 +557,7 @@ class PostgresStore:
                 "INSERT INTO tool_calls (session_id, tool, input_digest, decision, decided_by,"
                 " reason, started_at, duration, outcome)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    record.session_id,
-                    record.tool,
-                    record.input_digest,
-                    record.decision,
-                    record.decided_by,
-                    record.reason,
-                    record.started_at,
-                    record.duration,
-                    record.outcome,
-                ),
+                tool_call_params(record),
             )
 
     async def tool_calls(

@@ -26,6 +26,7 @@ from rousseau.agent import Attachment, Content, StoreError
 from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.daemon_state import (
     MAX_PENDING_CODES,
+    OUTBOX_COLUMNS,
     REJECTED_FOR,
     REJECTED_KEY,
     SWEEP_BATCH,
@@ -36,6 +37,7 @@ from rousseau.state.daemon_state import (
     Retention,
     files_json,
     files_of,
+    outbox_params,
     outbox_row,
     pairing_code_of,
     sent_files,
@@ -373,21 +375,7 @@ class PostgresDaemonState:
                     "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
                     " next_attempt_at, created_at, buttons, attachment, replaces)"
                     " VALUES (%s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s)",
-                    [
-                        (
-                            p.transport,
-                            p.chat_id,
-                            p.thread_id,
-                            p.reply_to,
-                            p.text,
-                            now,
-                            now,
-                            json.dumps(list(p.buttons)) if p.buttons else None,
-                            files_json((p.attachment,) if p.attachment else ()),
-                            p.replaces,
-                        )
-                        for p in parts
-                    ],
+                    [outbox_params(p, now) for p in parts],
                 )
             if inbound is not None:
                 await db.execute(
@@ -421,8 +409,7 @@ class PostgresDaemonState:
                 f" AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id < o.id"
                 f" AND (e.next_attempt_at > %(now)s OR e.claimed_by != %(me)s))"
                 f" ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-                f" RETURNING id, transport, chat_id, thread_id, reply_to, text, attempts,"
-                f" buttons, attachment, replaces",
+                f" RETURNING {OUTBOX_COLUMNS}",
                 {
                     "me": self.id,
                     "stale": self._stale(),

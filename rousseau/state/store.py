@@ -338,22 +338,19 @@ class Store:
     def resolve_sync(self, prefix: str) -> str:
         """The id of the one session whose id is `prefix` or starts with it; StoreError
         when none does or several do (naming a few)."""
+        return resolved(prefix, self.call_sync(self._starting(prefix)) if prefix else [])
 
+    @staticmethod
+    def _starting(prefix: str) -> Callable[[sqlite3.Connection], list[str]]:
         def op(db: sqlite3.Connection) -> list[str]:
             rows = db.execute(
                 "SELECT id FROM sessions WHERE substr(id, 1, length(?1)) = ?1"
                 " ORDER BY id != ?1, updated_at DESC LIMIT 4",
                 (prefix,),
             ).fetchall()
-            return [r[0] for r in rows]
+            return [str(r[0]) for r in rows]
 
-        found = self.call_sync(op) if prefix else []
-        if found and (found[0] == prefix or len(found) == 1):
-            return str(found[0])
-        if not found:
-            raise StoreError(f"no such session: {prefix}")
-        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
-        raise StoreError(f"{prefix!r} starts several sessions ({shown}): give more of the id")
+        return op
 
     def check_writable_sync(self) -> None:
         """Commit a write that changes nothing, to prove the file accepts writes."""
@@ -439,17 +436,7 @@ class Store:
             db.execute(
                 "INSERT INTO tool_calls (session_id, tool, input_digest, decision, decided_by,"
                 " reason, started_at, duration, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.session_id,
-                    record.tool,
-                    record.input_digest,
-                    record.decision,
-                    record.decided_by,
-                    record.reason,
-                    record.started_at,
-                    record.duration,
-                    record.outcome,
-                ),
+                tool_call_params(record),
             )
 
         await self.submit(op)
@@ -486,7 +473,7 @@ class Store:
         return found[0] if found else None
 
     async def resolve(self, prefix: str) -> str:
-        return await anyio.to_thread.run_sync(self.resolve_sync, prefix)
+        return resolved(prefix, await self.call(self._starting(prefix)) if prefix else [])
 
     async def tool_calls(
         self, limit: int = 50, session_id: str | None = None
@@ -587,6 +574,32 @@ def _info(r: tuple[Any, ...]) -> SessionInfo:
             cache_write_tokens=int(r[8]),
         ),
         agent=str(r[9]),
+    )
+
+
+def resolved(prefix: str, found: list[str]) -> str:
+    """Of the ids starting with `prefix` (the exact one first, at most four), the one it
+    names; StoreError when none does or several do (naming a few)."""
+    if found and (found[0] == prefix or len(found) == 1):
+        return found[0]
+    if not found:
+        raise StoreError(f"no such session: {prefix}")
+    shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    raise StoreError(f"{prefix!r} starts several sessions ({shown}): give more of the id")
+
+
+def tool_call_params(record: ToolCallRecord) -> tuple[object, ...]:
+    """An audit record's values, in the order of tool_call_of's columns."""
+    return (
+        record.session_id,
+        record.tool,
+        record.input_digest,
+        record.decision,
+        record.decided_by,
+        record.reason,
+        record.started_at,
+        record.duration,
+        record.outcome,
     )
 
 
