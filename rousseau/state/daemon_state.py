@@ -83,7 +83,7 @@ class PairingGrant:
     """The transport's oldest pending code, dropped to make room for this one."""
 
 
-_CODE_COLUMNS = "code, transport, sender_id, chat_id, expires_at, created_at"
+CODE_COLUMNS = "code, transport, sender_id, chat_id, expires_at, created_at"
 
 
 def pairing_code_of(row: tuple[str, str, str, str, float, float]) -> PairingCode:
@@ -541,7 +541,7 @@ class DaemonState:
             ).fetchone()[0]
             if count >= MAX_PENDING_CODES:
                 oldest = db.execute(
-                    f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE transport = ?"
+                    f"SELECT {CODE_COLUMNS} FROM pairing_codes WHERE transport = ?"
                     " ORDER BY created_at, rowid LIMIT 1",
                     (transport,),
                 ).fetchone()
@@ -559,7 +559,7 @@ class DaemonState:
     @staticmethod
     def _codes(db: sqlite3.Connection) -> list[PairingCode]:
         rows = db.execute(
-            f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE expires_at > ?"
+            f"SELECT {CODE_COLUMNS} FROM pairing_codes WHERE expires_at > ?"
             " ORDER BY created_at, rowid",
             (time.time(),),
         ).fetchall()
@@ -574,7 +574,7 @@ class DaemonState:
     def _take_code(self, db: sqlite3.Connection, code: str) -> PairingCode | None:
         """Remove a live code (any case) and return it; None if there is no such code."""
         row = db.execute(
-            f"SELECT {_CODE_COLUMNS} FROM pairing_codes WHERE code = ? AND expires_at > ?",
+            f"SELECT {CODE_COLUMNS} FROM pairing_codes WHERE code = ? AND expires_at > ?",
             (code.strip().upper(), time.time()),
         ).fetchone()
         if row is None:

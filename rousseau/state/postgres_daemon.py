@@ -25,6 +25,7 @@ import structlog
 from rousseau.agent import Attachment, Content, StoreError
 from rousseau.agents import DEFAULT_AGENT
 from rousseau.state.daemon_state import (
+    CODE_COLUMNS,
     MAX_PENDING_CODES,
     OUTBOX_COLUMNS,
     REJECTED_FOR,
@@ -54,10 +55,9 @@ CLAIM_POLL = 0.1
 LEASE = 30.0
 """Seconds after its last beat that a daemon counts as dead and its claims are taken over."""
 
-_DEAD = "(SELECT id FROM daemons WHERE beat_at < %(stale)s)"
-"""The daemons whose claims may be taken over."""
-
-_CODE = "code, transport, sender_id, chat_id, expires_at, created_at"
+_LIVE = "(SELECT id FROM daemons WHERE beat_at >= %(stale)s)"
+"""The daemons that beat within the lease: a claim held by any other (dead, or gone after a
+clean stop) may be taken over."""
 
 _INBOUND = (
     "transport, chat_id, sender_id, message_id, text, is_group, mentioned, thread_id, at,"
@@ -206,8 +206,7 @@ class PostgresDaemonState:
                 f"INSERT INTO session_claims (session_key, daemon, since)"
                 f" VALUES (%(key)s, %(me)s, %(now)s) ON CONFLICT (session_key) DO UPDATE"
                 f" SET daemon = excluded.daemon, since = excluded.since"
-                f" WHERE session_claims.daemon IN {_DEAD}"
-                f" OR session_claims.daemon NOT IN (SELECT id FROM daemons)"
+                f" WHERE session_claims.daemon NOT IN {_LIVE}"
                 f" RETURNING daemon",
                 {"key": session_key, "me": self.id, "now": time.time(), "stale": self._stale()},
             )
@@ -318,8 +317,7 @@ class PostgresDaemonState:
             cursor = await db.execute(
                 f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
                 f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
-                f" AND ({own} claimed_by IS NULL OR claimed_by IN {_DEAD}"
-                f" OR claimed_by NOT IN (SELECT id FROM daemons))"
+                f" AND ({own} claimed_by IS NULL OR claimed_by NOT IN {_LIVE})"
                 f" FOR UPDATE SKIP LOCKED) RETURNING {_INBOUND}, received_at",
                 {"me": self.id, "stale": self._stale()},
             )
@@ -401,8 +399,8 @@ class PostgresDaemonState:
                 f"UPDATE outbox SET claimed_by = %(me)s WHERE id IN (SELECT id FROM outbox o"
                 f" WHERE status = 'pending' AND transport = %(transport)s"
                 f" AND next_attempt_at <= %(now)s AND NOT (chat_id = ANY(%(skip)s))"
-                f" AND (claimed_by IS NULL OR claimed_by = %(me)s OR claimed_by IN {_DEAD}"
-                f" OR claimed_by NOT IN (SELECT id FROM daemons))"
+                f" AND (claimed_by IS NULL OR claimed_by = %(me)s"
+                f" OR claimed_by NOT IN {_LIVE})"
                 # A part never overtakes an earlier one of its chat that waits for a retry,
                 # or that another daemon is sending.
                 f" AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
@@ -531,7 +529,8 @@ class PostgresDaemonState:
                 return PairingGrant(code=str(row[0]), new=False)
             evicted = None
             cursor = await db.execute(
-                f"SELECT {_CODE} FROM pairing_codes WHERE transport = %s ORDER BY created_at, seq",
+                f"SELECT {CODE_COLUMNS} FROM pairing_codes WHERE transport = %s"
+                " ORDER BY created_at, seq",
                 (transport,),
             )
             codes = await cursor.fetchall()
@@ -548,7 +547,8 @@ class PostgresDaemonState:
     async def pairing_codes(self) -> list[PairingCode]:
         async with self.store.transaction() as db:
             cursor = await db.execute(
-                f"SELECT {_CODE} FROM pairing_codes WHERE expires_at > %s ORDER BY created_at, seq",
+                f"SELECT {CODE_COLUMNS} FROM pairing_codes WHERE expires_at > %s"
+                " ORDER BY created_at, seq",
                 (time.time(),),
             )
             rows = await cursor.fetchall()
@@ -589,7 +589,8 @@ class PostgresDaemonState:
     @staticmethod
     async def _take_code(db: Any, code: str) -> PairingCode | None:
         cursor = await db.execute(
-            f"DELETE FROM pairing_codes WHERE code = %s AND expires_at > %s RETURNING {_CODE}",
+            "DELETE FROM pairing_codes WHERE code = %s AND expires_at > %s"
+            f" RETURNING {CODE_COLUMNS}",
             (code.strip().upper(), time.time()),
         )
         r = await cursor.fetchone()
