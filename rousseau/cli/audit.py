@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from rousseau.cli.common import open_store, when
+from rousseau.cli.common import on_state, when
 
 
 def audit(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        calls = store.tool_calls_sync(args.limit, args.session)
+    calls = on_state(args, lambda backend: backend.store.tool_calls(args.limit, args.session))
     if not calls:
         print("no tool calls recorded")
     for c in reversed(calls):

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from rousseau.agents import DEFAULT_AGENT
-from rousseau.cli.common import close_provider, fail, load, state_folder
+from rousseau.cli.common import close_provider, fail, load, open_store, state_folder
 
 if TYPE_CHECKING:
     from rousseau.config import Config
@@ -16,7 +16,6 @@ def chat(args: argparse.Namespace) -> int:
     import anyio
 
     from rousseau.providers import build_provider, detect_provider
-    from rousseau.state import Store
 
     # The interactive chat keeps log lines out of the conversation: they go to a file.
     log_to = None if args.message is not None else state_folder() / "chat.log"
@@ -28,7 +27,7 @@ def chat(args: argparse.Namespace) -> int:
     if args.agent != DEFAULT_AGENT:
         config = config.for_agent(args.agent, name)
         name = config.provider or name
-    with Store(config.state.path) as store:
+    with open_store(args, config) as store:
         provider = build_provider(config, name, store=store)
         if args.message is not None:
             return anyio.run(_chat_once, config, provider, store, args)

@@ -286,12 +286,39 @@ def _doctor_store(config: Config, report: Report) -> None:
     from rousseau.agent import RousseauError
     from rousseau.state import Store
 
+    if config.state.url is not None:
+        _doctor_postgres(config, report)
+        return
     if not Path(config.state.path).expanduser().parent.is_dir():
         return  # said above; opening the store would make the folder
     try:
         with Store(config.state.path) as store:
             store.check_writable_sync()
         report(True, "store", f"{store.path} is writable")
+    except RousseauError as exc:
+        report(False, "store", str(exc))
+
+
+def _doctor_postgres(config: Config, report: Report) -> None:
+    """The shared store reachable, its schema up to date, and how many daemons beat."""
+    import anyio
+
+    from rousseau.agent import RousseauError
+    from rousseau.state.backend import open_backend
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+
+    async def reach() -> str:
+        backend = await open_backend(config, daemon=False)
+        try:
+            count, _ = await backend.store.totals()
+            assert isinstance(backend.state, PostgresDaemonState)
+            daemons = await backend.state.daemons()
+        finally:
+            await backend.aclose()
+        return f"PostgreSQL reachable: {count} sessions, {len(daemons)} daemon(s) beating"
+
+    try:
+        report(True, "store", anyio.run(reach))
     except RousseauError as exc:
         report(False, "store", str(exc))
 
