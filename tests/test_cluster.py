@@ -330,7 +330,8 @@ def check_once_in_order(traffic: Traffic, url: str, kills: list[float], logs: st
 
 
 def check_cron(telegram: FakeTelegram, url: str, elapsed: float, kills: int) -> None:
-    """Each scheduled time ran once, none was missed for long, each finished run was told."""
+    """Each scheduled time ran once, none was missed for long, each finished run was told
+    (once, but for what a kill cut in two)."""
     with psycopg.connect(url) as db:
         runs = db.execute("SELECT scheduled_at, status FROM cron_runs").fetchall()
     scheduled = [at for at, _ in runs]
@@ -338,7 +339,10 @@ def check_cron(telegram: FakeTelegram, url: str, elapsed: float, kills: int) -> 
     assert len(scheduled) >= elapsed / 5 - 3
     ticks = [s for s in telegram.sent if s.chat_id == 1000 and "tick" in s.text]
     finished = [at for at, status in runs if status == "ok"]
-    assert len(ticks) == len(finished)
+    # Each finished run was told. A kill may fall after a run's reply was queued and before
+    # the run was recorded finished, or between sending a reply and recording it sent (as
+    # for the echoes): each kill may add at most one tick beyond the finished runs.
+    assert len(finished) <= len(ticks) <= len(finished) + kills, (len(ticks), runs)
     assert len(runs) - len(finished) <= kills  # a kill cuts at most the run it ran
 
 
