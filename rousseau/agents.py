@@ -26,8 +26,13 @@ class Routes:
     by_transport: Mapping[str, str] = field(default_factory=dict)
     """A transport's own agent, for what no route matches."""
     default: str = DEFAULT_AGENT
+    chosen_by_sender: frozenset[str] = frozenset()
+    """Transports whose messages name their agent themselves (the OpenAI-compatible API:
+    the model the caller asked for)."""
 
     def agent_of(self, inbound: Inbound) -> str:
+        if inbound.transport in self.chosen_by_sender:
+            return inbound.agent
         for route in self.routes:
             if (
                 fnmatchcase(inbound.transport, route.transport)
@@ -43,9 +48,9 @@ def routes_of(config: Config, transports: Iterable[str]) -> Routes:
     """The routing table `config` describes, for the transports that run."""
     by_transport = {}
     for name in transports:
-        section = getattr(config, name, None)
-        if section is not None and section.agent is not None:
-            by_transport[name] = section.agent
+        agent = getattr(getattr(config, name, None), "agent", None)  # its section's, if any
+        if agent is not None:
+            by_transport[name] = agent
     return Routes(routes=config.routes, by_transport=by_transport, default=config.default_agent)
 
 

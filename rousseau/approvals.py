@@ -236,9 +236,18 @@ class ChatApprovals:
         self._decide(code, allow, who)
         return f"{'Approved' if allow else 'Denied'} {code}."
 
-    def _decide(self, code: str, allow: bool, who: str) -> None:
+    def decide(self, code: str, allow: bool, who: str) -> bool:
+        """Settle a request of this daemon for someone already trusted as the owner (the
+        web dashboard's login); False if nothing waits under that code."""
+        pending = self.pending.get(code.upper())
+        if pending is None or pending.done.is_set():
+            return False
+        self._decide(code.upper(), allow, who, trusted=True)
+        return True
+
+    def _decide(self, code: str, allow: bool, who: str, *, trusted: bool = False) -> None:
         pending = self.pending.get(code)
-        if pending is None or pending.done.is_set() or who not in pending.owners:
+        if pending is None or pending.done.is_set() or not (trusted or who in pending.owners):
             return
         pending.decision = (
             Decision.allowed(by=f"owner {who}", digest=pending.digest)

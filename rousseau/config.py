@@ -497,6 +497,47 @@ class HealthConfig(Section):
         return host.strip("[]") or "127.0.0.1", int(port)
 
 
+class WebKeyConfig(Section):
+    key: SecretStr
+    """The bearer key a client sends (`Authorization: Bearer KEY`); at least 24 characters."""
+    owner: str
+    """Whose key it is: its conversations are this owner's, apart from every other key's."""
+    agent: str | None = None
+    """The agent it talks to (unset: `default_agent`); `GET /v1/models` lists it."""
+
+    @field_validator("key")
+    @classmethod
+    def _long_enough(cls, key: SecretStr) -> SecretStr:
+        if len(key.get_secret_value()) < 24:
+            raise ValueError("a key needs at least 24 characters (rousseau web key makes one)")
+        return key
+
+    @field_validator("owner")
+    @classmethod
+    def _plain_owner(cls, owner: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", owner):
+            raise ValueError(f"{owner!r}: letters, digits, _ . @ and - only")
+        return owner
+
+
+class WebConfig(HealthConfig):
+    listen: str = "127.0.0.1:8080"
+    """The host:port of the web face: dashboard, web chat, the OpenAI-compatible API, and
+    /healthz and /metrics."""
+    password_hash: SecretStr | None = None
+    """The owner's password, hashed (`rousseau web password` makes it); unset: log in by
+    a one-time link from `rousseau web link` only."""
+    public_url: str = ""
+    """The address people open (behind a proxy, https://...); `rousseau web link` prints
+    links to it. Cookies are marked Secure when it, or the proxy, says https."""
+    chat_users: dict[str, SecretStr] = Field(default_factory=dict)
+    """More people who may use the web chat (not the dashboard): name -> password hash."""
+    api_keys: list[WebKeyConfig] = Field(default_factory=list)
+    """Keys for the OpenAI-compatible API under /v1."""
+    session_ttl: Duration = 43200.0
+    """How long a login lasts without use."""
+
+
 # -- transports -----------------------------------------------------------------------------
 
 
@@ -725,6 +766,8 @@ class Config(Section):
     """External MCP servers by name, whose tools the agent may call as SERVER__TOOL."""
     health: HealthConfig | None = None
     """HTTP /healthz and /metrics; off unless set."""
+    web: WebConfig | None = None
+    """The web face (dashboard, web chat, OpenAI-compatible API); off unless set."""
     telegram: TelegramConfig | None = None
     """The Telegram transport, configured when present with its credentials."""
     slack: SlackConfig | None = None

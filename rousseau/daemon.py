@@ -8,9 +8,9 @@ close the transports and checkpoint the WAL.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
-import json
 import os
 import signal
 import socket
@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
-from anyio.abc import Listener, SocketListener, SocketStream, TaskGroup
+from anyio.abc import SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
+from rousseau import web
 from rousseau.agent import Agent, ConfigError, Provider, TransportAuthError
 from rousseau.agent.approval import AskFn
 from rousseau.agents import DEFAULT_AGENT, routes_of, turn_limits
@@ -52,6 +53,7 @@ from rousseau.transports.base import Transport
 
 if TYPE_CHECKING:
     from rousseau.state.postgres_daemon import PostgresDaemonState
+    from rousseau.web.app import Face
 
 log = structlog.get_logger("rousseau.daemon")
 
@@ -67,8 +69,6 @@ VOICE_HINT = (
     " it, or ask the owner to set up media.transcription.)"
 )
 """Said once in a chat whose voice note nobody could transcribe."""
-HEALTH_CONNECTIONS = 32
-"""Health and metrics requests served at once; more are closed at once (each has 5 s)."""
 PUBLISH_EVERY = 2.0
 """How often the transports' state is looked at for `rousseau status` (written on change)."""
 
@@ -121,28 +121,34 @@ class Daemon:
         self._stop = anyio.Event()
         self.stopped: dict[str, str] = {}
         """Transports stopped for good (a rejected credential), with the reason."""
+        self.errors: dict[str, str] = {}
+        """Each transport's last failure (it was restarted after it)."""
 
     async def run(self) -> int:
         config = self.config
         # First of all: a second daemon on this database leaves before it touches anything;
         # next the health port, which, taken or not this machine's, is a config error to
         # name before anything starts.
+        if config.web is not None:
+            web.check_installed()
         lock = DaemonLock(config.state.path)
         await anyio.to_thread.run_sync(lock.acquire)
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(lock.release)
-            listener = None
-            if config.health is not None:
-                listener = await stack.enter_async_context(await _listen(config.health))
+            listeners: dict[str, MultiListener[SocketStream]] = {}
+            for key, section in (("health", config.health), ("web", config.web)):
+                if section is not None:
+                    listener = await _listen(section, key)
+                    listeners[key] = await stack.enter_async_context(listener)
             with _startup_objects_frozen() as started:
-                await self._run(lock, listener, started)
+                await self._run(lock, listeners, started)
         log.info("daemon.stopped")
         return 0
 
     async def _run(
         self,
         lock: DaemonLock,
-        listener: MultiListener[SocketStream] | None,
+        listeners: dict[str, MultiListener[SocketStream]],
         started: Callable[[], None],
     ) -> None:
         config = self.config
@@ -183,9 +189,7 @@ class Daemon:
                 if self.provider is not None:
                     started()
                 async with mcp_tools(config.mcp_servers, Shared(self._registries)):
-                    await self._serve(
-                        router, self._scheduler(router, backend), listener, backend.cluster
-                    )
+                    await self._serve(router, self._scheduler(router, backend), listeners, backend)
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._close(provider, backend)
@@ -274,7 +278,10 @@ class Daemon:
                 config, provider, store, registry=registry, ask=_ask(approvals, config)
             ),
             agents=self._agents(provider, provider_name, store, approvals),
-            routes=routes_of(config, self.transports),
+            routes=dataclasses.replace(
+                routes_of(config, self.transports),
+                chosen_by_sender=web.CHOOSE_AGENT & self.transports.keys(),
+            ),
             file_moves={
                 name: functools.partial(
                     move_to_workspace, self._media.blobs, source=self._media.workspace, target=ws
@@ -338,11 +345,12 @@ class Daemon:
         self,
         router: Router,
         scheduler: Scheduler,
-        listener: MultiListener[SocketStream] | None,
-        cluster: PostgresDaemonState | None,
+        listeners: dict[str, MultiListener[SocketStream]],
+        backend: Backend,
     ) -> None:
         """Everything runs in one task group until a signal or stop(); then a graceful stop."""
         config = self.config
+        cluster = backend.cluster
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._signals)
             await tg.start(router.run)
@@ -359,8 +367,9 @@ class Daemon:
                 tg.start_soon(self._supervise, transport, router)
                 tg.start_soon(router.deliver, transport.name)
             tg.start_soon(self._sweep, router)
-            if listener is not None:
-                tg.start_soon(self._health, listener)
+            for key, listener in listeners.items():
+                face = self._face(key, router, scheduler, backend, tg)
+                tg.start_soon(web.serve, face, listener)
             self._watchdog(tg)
             sd_notify("READY=1")
             log.info("daemon.ready")
@@ -423,6 +432,7 @@ class Daemon:
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                self.errors[transport.name] = str(exc) or type(exc).__name__
                 log.error(
                     "transport.failed",
                     transport=transport.name,
@@ -497,65 +507,48 @@ class Daemon:
 
         tg.start_soon(ping)
 
-    async def _health(self, listener: MultiListener[SocketStream]) -> None:
-        slots = anyio.CapacityLimiter(HEALTH_CONNECTIONS)
-        async with anyio.create_task_group() as tg:  # the listener is closed by _run
-            for one in listener.listeners:  # IPv4 and IPv6 where the host has both
-                tg.start_soon(self._accept, one, slots, tg)
+    def _face(
+        self, key: str, router: Router, scheduler: Scheduler, backend: Backend, tg: TaskGroup
+    ) -> Face:
+        """What the server on `key`'s address serves: health alone (`health.listen`), or
+        the whole web face (`web.listen`)."""
+        from rousseau.web.app import Face
 
-    async def _accept(
-        self, listener: Listener[SocketStream], slots: anyio.CapacityLimiter, tg: TaskGroup
-    ) -> None:
-        assert isinstance(listener, SocketListener)  # what create_tcp_listener makes
-        starved = 0
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                # Out of file descriptors (a flood of idle connections): back off and let the
-                # open ones time out, rather than end the daemon.
-                starved += 1
-                if starved == 1:
-                    log.warning("daemon.health_accept_failed", error=str(exc))
-                await anyio.sleep(min(1.0, 0.05 * starved))
-                continue
-            starved = 0
-            try:
-                slots.acquire_on_behalf_of_nowait(stream)
-            except anyio.WouldBlock:  # too many at once: this one is turned away
-                await stream.aclose()
-                continue
-            tg.start_soon(self._answer, stream, slots)
+        face = Face(health=self.transport_states, metrics=self.metrics, errors=self.errors)
+        web_config = self.config.web
+        if key != "web" or web_config is None:
+            return face
+        from rousseau.web.auth import LINKS, Logins
 
-    async def _answer(self, stream: SocketStream, slots: anyio.CapacityLimiter) -> None:
-        """GET /healthz and /metrics. Hand-written: two read-only endpoints need no framework."""
-        try:
-            await self._respond_to(stream)
-        except Exception as exc:  # one bad request must never end the server
-            log.debug("daemon.health_request_failed", error=str(exc))
-        finally:
-            slots.release_on_behalf_of(stream)
+        face.config = web_config
+        face.logins = Logins(
+            password_hash=_secret(web_config.password_hash),
+            chat_users={n: h.get_secret_value() for n, h in web_config.chat_users.items()},
+            ttl=web_config.session_ttl,
+            links=backend.transport_state(LINKS),
+        )
+        face.backend = backend
+        face.approvals = router.approvals
+        face.scheduler = scheduler
+        face.chat = self.transports.get("web")  # type: ignore[assignment]
+        face.api = self.transports.get("api")  # type: ignore[assignment]
+        face.agents = [self.config.default_agent] + [
+            name for name in (DEFAULT_AGENT, *self.config.agents)
+            if name != self.config.default_agent
+        ]  # fmt: skip
+        face.cron_timezone = self.config.cron.timezone
 
-    async def _respond_to(self, stream: SocketStream) -> None:
-        async with stream:
-            try:
-                with anyio.fail_after(5):
-                    head = b""
-                    while b"\r\n\r\n" not in head and len(head) < 8192:
-                        head += await stream.receive()
-            except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError):
-                return
-            parts = head.split(b" ", 2)
-            path = parts[1].decode(errors="replace") if len(parts) > 1 else ""
-            if path == "/healthz":
-                state = self.transport_states()
-                healthy = all(s["connected"] for s in state.values())
-                body = json.dumps({"ok": healthy, "transports": state}).encode()
-                await _respond(stream, 200 if healthy else 503, "application/json", body)
-            elif path == "/metrics":
-                await _respond(stream, 200, "text/plain; version=0.0.4", self.metrics.render())
-            else:
-                await _respond(stream, 404, "text/plain", b"not found\n")
+        def background(work: Callable[[], Awaitable[object]]) -> None:
+            async def run() -> None:
+                try:
+                    await work()
+                except Exception:
+                    log.exception("web.background_failed")
+
+            tg.start_soon(run)
+
+        face.background = background
+        return face
 
 
 def _ask(approvals: ChatApprovals | None, config: Config) -> AskFn | None:
@@ -575,27 +568,19 @@ async def _built(provider: LazyProvider, started: Callable[[], None]) -> None:
     started()
 
 
-async def _listen(health: HealthConfig) -> MultiListener[SocketStream]:
-    host, port = health.address
+async def _listen(section: HealthConfig, key: str) -> MultiListener[SocketStream]:
+    host, port = section.address
     try:
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     except OSError as exc:  # taken, or an address this machine does not have
         reason = exc.strerror or str(exc)
-        raise ConfigError(f"health.listen: cannot listen on {health.listen}: {reason}") from None
-    log.info("daemon.health", listen=health.listen)
+        raise ConfigError(f"{key}.listen: cannot listen on {section.listen}: {reason}") from None
+    log.info(f"daemon.{key}", listen=section.listen)
     return listener
 
 
-async def _respond(stream: SocketStream, status: int, kind: str, body: bytes) -> None:
-    reason = {200: "OK", 404: "Not Found", 503: "Service Unavailable"}[status]
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode()
-    try:
-        await stream.send(head + body)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        pass
+def _secret(value: Any) -> str | None:
+    return value.get_secret_value() if value is not None else None
 
 
 @contextlib.contextmanager
@@ -628,6 +613,8 @@ def run(config: Config, only: str | None = None) -> int:
 
 def _stream_settings(config: Config, name: str) -> StreamSettings:
     """A transport's streaming settings, from its section (the defaults without one)."""
+    if name in web.STREAMING:
+        return web.STREAMING[name]
     section = getattr(config, name, None)
     if section is None or not hasattr(section, "streaming"):
         return StreamSettings()

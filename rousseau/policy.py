@@ -241,4 +241,6 @@ def chat_policies(config: object) -> dict[str, ChatPolicy]:
             require_mention=getattr(section, "require_mention", True),
             reply_header=section.reply_header,
         )
+    if getattr(config, "web", None) is not None:  # the web face admits by its own login
+        out["web"] = out["api"] = ChatPolicy(policy="open")
     return out

@@ -47,6 +47,7 @@ from rousseau.state.daemon_state import DaemonState, Progress, TransportState
 from rousseau.state.protocol import DaemonStore, KeyValue, SharedState
 from rousseau.state.store import StoreFullError
 from rousseau.streaming import (
+    INTERVAL,
     LEFTOVER,
     Drafts,
     Preview,
@@ -447,6 +448,8 @@ class Router:
             keep=functools.partial(self.state.shown_preview, inbound),
             drafts=drafts if drafts is not None and not inbound.is_group else None,
             draft_id=zlib.crc32(inbound.message_id.encode()) or 1,
+            interval=settings.interval if settings is not None else INTERVAL,
+            raw=settings is not None and settings.raw,
         )
 
     async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:

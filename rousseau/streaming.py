@@ -70,6 +70,12 @@ class StreamSettings:
     streaming: Literal["off", "edit", "native"] = "edit"
     progress: Literal["off", "tools"] | None = None
     """None: tool progress in direct chats, none in groups."""
+    interval: float = INTERVAL
+    """Seconds between two updates of a preview (a web page takes them faster than a
+    platform's rate limits allow)."""
+    raw: bool = False
+    """Previews carry the text as written, with no fence closed and no mark after it: for
+    a page or an API that renders (or streams) the text itself."""
 
     def shows_progress(self, is_group: bool) -> bool:
         if self.progress is None:
@@ -129,6 +135,8 @@ class Preview:
     then sent as a new message)."""
     draft_id: int = 1
     interval: float = INTERVAL
+    raw: bool = False
+    """Show the text as written (see StreamSettings.raw)."""
     clock: Callable[[], float] = time.monotonic
     _text: str = ""
     _status: str = ""
@@ -181,7 +189,10 @@ class Preview:
             self._shown = [part]
 
     def _view(self) -> list[str]:
-        text = self._status or (closed(self._text.rstrip()) + WRITING if self._text else "")
+        if self.raw:
+            text = self._status or self._text
+        else:
+            text = self._status or (closed(self._text.rstrip()) + WRITING if self._text else "")
         if not text.strip():
             return []
         return split_message(text, self.transport.max_length, self.transport.measure)

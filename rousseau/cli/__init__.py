@@ -159,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     reject.add_argument("code", help="the code the stranger was given (see pair list)")
     reject.set_defaults(func="pair:reject")
 
+    web = sub.add_parser("web", help="the web face: log-in links, password hashes, API keys")
+    wsub = web.add_subparsers(dest="action", metavar="ACTION", required=True)
+    wsub.add_parser(
+        "link", help="print a one-time link that logs the owner in (valid 15 minutes)"
+    ).set_defaults(func="web:link")
+    wsub.add_parser(
+        "password", help="read a password (twice) and print its hash for web.password_hash"
+    ).set_defaults(func="web:password")
+    wsub.add_parser("key", help="print a new random key for web.api_keys").set_defaults(
+        func="web:key"
+    )
+
     sub.add_parser("version", help="print the version").set_defaults(func="status:version")
     sub.add_parser(
         "status", help="the provider, the store and its counts, and whether a daemon runs"

@@ -208,6 +208,10 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
 }
 
 
+API_LENGTH = 1_000_000
+"""An API answer is one message: the caller has no length limit worth splitting for."""
+
+
 def build_transports(config: Config, only: str | None = None) -> dict[str, Transport]:
     """The configured transports (a section with its credentials), each imported on demand."""
     names = [only] if only else [n for n in TRANSPORTS if getattr(config, n) is not None]
@@ -217,10 +221,16 @@ def build_transports(config: Config, only: str | None = None) -> dict[str, Trans
         if builder is None:
             raise ConfigError(f"{name}: this transport is not available in this version yet")
         built[name] = builder(getattr(config, name, None))
+    if config.web is not None and not only:
+        from rousseau.web.chat import WebChat
+
+        built["web"] = WebChat("web")  # the dashboard's chat page
+        built["api"] = WebChat("api", max_length=API_LENGTH)  # the OpenAI-compatible API
     if not built:
         raise ConfigError(
             f"no transport configured: add a section for one of {', '.join(_BUILDERS)} with its "
-            "credentials (or set TELEGRAM_BOT_TOKEN, ...); see config/config.yaml"
+            "credentials (or set TELEGRAM_BOT_TOKEN, ...), or web: for the web chat; see"
+            " config/config.yaml"
         )
     return built
 

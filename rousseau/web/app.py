@@ -1,0 +1,147 @@
+"""The web face as one Starlette app: /healthz and /metrics (open, as before), the owner's
+dashboard, the web chat, and the OpenAI-compatible API under /v1.
+
+Every page and action but login needs a login (pages redirect to /login, the rest answer
+401); every form and script call carries the login's CSRF token; /v1 needs a bearer key.
+Pages are rendered on the server (Jinja2, autoescaped); the one script, served from
+/static, only streams updates in, so the CSP allows no inline script at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from rousseau.approvals import ChatApprovals
+    from rousseau.config import WebConfig
+    from rousseau.cron import Scheduler
+    from rousseau.metrics import Metrics
+    from rousseau.state.backend import Backend
+    from rousseau.web.api import Conversations
+    from rousseau.web.auth import Logins
+    from rousseau.web.chat import WebChat
+
+log = structlog.get_logger("rousseau.web")
+
+HERE = Path(__file__).parent
+HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+]
+
+
+@dataclass(kw_only=True)
+class Face:
+    """What the web face shows and acts on. Health alone needs the first two; the rest is
+    set where `web:` is configured."""
+
+    health: Callable[[], dict[str, dict[str, Any]]]
+    """Each transport's state (the daemon's transport_states)."""
+    metrics: Metrics
+    config: WebConfig | None = None
+    logins: Logins | None = None
+    backend: Backend | None = None
+    approvals: ChatApprovals | None = None
+    scheduler: Scheduler | None = None
+    chat: WebChat | None = None
+    api: WebChat | None = None
+    agents: list[str] = field(default_factory=list)
+    """The agents the API offers as models (the default one first)."""
+    errors: Mapping[str, str] = field(default_factory=dict)
+    """Each transport's last failure (the daemon's)."""
+    cron_timezone: str = "local"
+    """The zone of a job added from the dashboard (the config's cron.timezone)."""
+    conversations: Conversations | None = None
+    """The OpenAI-compatible API's turn locks (made by `build`)."""
+    background: Callable[[Callable[[], Awaitable[object]]], None] | None = None
+    """Start work that outlives the request (a cron run started from the dashboard)."""
+
+
+async def healthz(request: Request) -> Response:
+    state = request.app.state.face.health()
+    healthy = all(s["connected"] for s in state.values())
+    return JSONResponse({"ok": healthy, "transports": state}, status_code=200 if healthy else 503)
+
+
+async def metrics(request: Request) -> Response:
+    body = request.app.state.face.metrics.render()
+    return Response(body, media_type="text/plain; version=0.0.4")
+
+
+def build(face: Face) -> Starlette:
+    """The app: health alone, or (with `face.config`) the whole web face."""
+    routes: list[Any] = [
+        Route("/healthz", healthz),
+        Route("/metrics", metrics),
+    ]
+    if face.config is not None:
+        from rousseau.web import api, dashboard
+
+        routes += dashboard.routes() + api.routes()
+        face.conversations = face.conversations or api.Conversations()
+        routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
+    app = Starlette(routes=routes)
+    app.state.face = face
+    if face.config is not None:
+        from rousseau.web.dashboard import templates
+
+        app.state.templates = templates()
+    app.add_middleware(SecurityHeaders)
+    app.exception_handlers[404] = _not_found
+    return app
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return PlainTextResponse("not found\n", status_code=404)
+
+
+class SecurityHeaders:
+    """Adds the security headers (CSP without inline script, no framing, no sniffing) to
+    every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def json_error(status: int, message: str, kind: str) -> JSONResponse:
+    """An error as OpenAI's API shapes it, which its SDKs read."""
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": kind}},
+        status_code=status,
+        headers={"www-authenticate": "Bearer"} if status == 401 else None,
+    )
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,175 @@
+"""Who is logged in to the web face: a password checked against its argon2 hash, or a
+one-time link; then a random session token in an HttpOnly, SameSite=Strict cookie, kept
+server-side (bounded) with the login's CSRF token. Login tries are rate-limited per client."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import anyio
+import structlog
+
+from rousseau.policy import RateLimiter
+
+if TYPE_CHECKING:
+    from argon2 import PasswordHasher
+
+    from rousseau.transports.base import KeyValue
+
+log = structlog.get_logger("rousseau.web")
+
+COOKIE = "rousseau_session"
+LOGIN_TRIES = (4, 60.0)
+"""Failed login tries per client address: four a minute; after them any try is refused
+(right or wrong) until the minute has passed."""
+MAX_LOGINS = 1000
+"""Logins kept at once; the least recently used goes first."""
+LINK_TTL = 900.0
+"""A one-time link works this long (seconds) after `rousseau web link` made it."""
+LINKS = "web-login"
+"""The key-value space (kept in the store) where one-time links wait to be used."""
+OWNER = "owner"
+"""The owner's name in the web chat (a chat user logs in under their own)."""
+
+Role = Literal["owner", "chat"]
+
+
+def hasher() -> PasswordHasher:
+    """argon2id with the library's current parameters (imported on first use)."""
+    from argon2 import PasswordHasher
+
+    return PasswordHasher()
+
+
+def hash_password(password: str) -> str:
+    return hasher().hash(password)
+
+
+def new_link() -> tuple[str, str]:
+    """A one-time login token and the key it is kept under (only its digest is stored)."""
+    token = secrets.token_urlsafe(32)
+    return token, link_key(token)
+
+
+def link_key(token: str) -> str:
+    return "link:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(kw_only=True, slots=True)
+class Login:
+    user: str
+    role: Role
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def owner(self) -> bool:
+        return self.role == "owner"
+
+
+class Logins:
+    """Checks passwords and links, and keeps who is logged in (in memory: a restart logs
+    everyone out)."""
+
+    def __init__(
+        self,
+        *,
+        password_hash: str | None,
+        chat_users: dict[str, str],
+        ttl: float,
+        links: KeyValue,
+    ) -> None:
+        self.password_hash = password_hash
+        self.chat_users = chat_users
+        self.ttl = ttl
+        self.links = links
+        self.tries = RateLimiter(LOGIN_TRIES, {}, max_keys=10_000)
+        self._logins: OrderedDict[str, Login] = OrderedDict()
+
+    def may_try(self, client: str) -> bool:
+        """Whether this client may try a password or a link now; the try counts against it
+        unless `succeeded` gives it back."""
+        return self.tries.allow("login", client)
+
+    def succeeded(self, client: str) -> None:
+        """A right password or link costs no try: only failures use up the minute's four."""
+        self.tries.refund("login", client)
+
+    async def check_password(self, user: str, password: str) -> tuple[str, Login] | None:
+        """A login (and its cookie value) for a right password; the owner's name is
+        `owner`. Verifying takes tens of milliseconds of CPU: done on a thread."""
+        if user == OWNER:
+            stored, role = self.password_hash, "owner"
+        else:
+            stored, role = self.chat_users.get(user), "chat"
+        if not stored or not password:
+            return None
+        if not await anyio.to_thread.run_sync(_verify, stored, password):
+            log.warning("web.login_refused", user=user)
+            return None
+        log.info("web.login", user=user, by="password")
+        return self._new(user, "owner" if role == "owner" else "chat")
+
+    async def use_link(self, token: str) -> tuple[str, Login] | None:
+        """The owner's login (and its cookie value) for a link made within LINK_TTL and not
+        used before."""
+        key = link_key(token)
+        made = await self.links.get(key)
+        if not made:
+            return None
+        await self.links.set(key, "")  # used: never again
+        if time.time() - float(made) > LINK_TTL:
+            return None
+        log.info("web.login", user=OWNER, by="link")
+        return self._new(OWNER, "owner")
+
+    def _new(self, user: str, role: Role) -> tuple[str, Login]:
+        login = Login(user=user, role=role)
+        token = secrets.token_urlsafe(32)
+        self._logins[_digest(token)] = login  # only the digest is kept
+        while len(self._logins) > MAX_LOGINS:
+            self._logins.popitem(last=False)
+        return token, login
+
+    def get(self, token: str | None) -> Login | None:
+        if not token:
+            return None
+        key = _digest(token)
+        login = self._logins.get(key)
+        if login is None:
+            return None
+        now = time.monotonic()
+        if now - login.last_used > self.ttl:
+            del self._logins[key]
+            return None
+        login.last_used = now
+        self._logins.move_to_end(key)
+        return login
+
+    def end(self, token: str | None) -> None:
+        if token:
+            self._logins.pop(_digest(token), None)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _verify(stored: str, password: str) -> bool:
+    from argon2.exceptions import InvalidHashError, VerificationError
+
+    try:
+        return bool(hasher().verify(stored, password))
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def same(a: str, b: str) -> bool:
+    """Constant-time comparison of two tokens."""
+    return hmac.compare_digest(a.encode(), b.encode())

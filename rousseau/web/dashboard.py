@@ -1,0 +1,609 @@
+"""The owner's dashboard and the web chat page: server-rendered, one small script for what
+updates live (approvals, pairings, transports, a streamed reply)."""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import structlog
+from starlette.requests import Request
+from starlette.responses import (
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from rousseau.agent import ContentKind, RousseauError
+from rousseau.approvals import preview, visible
+from rousseau.web.app import HERE, Face, dumps
+from rousseau.web.auth import COOKIE, OWNER, Login, same
+
+if TYPE_CHECKING:
+    from rousseau.state.backend import Backend
+
+log = structlog.get_logger("rousseau.web")
+
+Handler = Callable[[Request, Login], Awaitable[Response]]
+LIVE_EVERY = 1.0
+"""Seconds between two looks at what the live parts of the pages show."""
+KEEPALIVE = 15.0
+"""Seconds between two comments on an idle event stream (proxies close silent ones)."""
+MAX_MESSAGE = 32_000
+"""Characters one web chat message may have."""
+
+
+def templates() -> Jinja2Templates:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
+    )
+    found = Jinja2Templates(env=env)
+    found.env.filters["when"] = _when
+    found.env.filters["visible"] = visible
+    return found
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "—"
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+
+
+def guarded(
+    kind: Literal["page", "call"], role: Literal["owner", "chat"] = "owner"
+) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
+    """A route for logged-in people only: a page redirects a stranger to /login, anything
+    else answers 401; a POST without the login's CSRF token (form field `csrf` or header
+    X-CSRF-Token) is refused."""
+
+    def wrap(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        @functools.wraps(handler)
+        async def endpoint(request: Request) -> Response:
+            face: Face = request.app.state.face
+            assert face.logins is not None
+            login = face.logins.get(request.cookies.get(COOKIE))
+            if login is None:
+                if kind == "page" and request.method == "GET":
+                    return RedirectResponse("/login", status_code=303)
+                return PlainTextResponse("log in first\n", status_code=401)
+            if role == "owner" and not login.owner:
+                return PlainTextResponse("for the owner only\n", status_code=403)
+            if request.method == "POST":
+                sent: Any = request.headers.get("x-csrf-token")
+                if sent is None:
+                    sent = (await request.form()).get("csrf")
+                if not isinstance(sent, str) or not same(sent, login.csrf):
+                    log.warning("web.csrf_refused", path=request.url.path)
+                    return PlainTextResponse("missing or wrong CSRF token\n", status_code=403)
+            return await handler(request, login)
+
+        endpoint.guard = (kind, role)  # type: ignore[attr-defined]  # read by the route tests
+        return endpoint
+
+    return wrap
+
+
+def render(request: Request, login: Login | None, name: str, **context: Any) -> Response:
+    face: Face = request.app.state.face
+    return request.app.state.templates.TemplateResponse(  # type: ignore[no-any-return]
+        request,
+        name,
+        {"login": login, "csrf": login.csrf if login else "", "chat_on": face.chat is not None}
+        | context,
+    )
+
+
+def _backend(request: Request) -> Backend:
+    backend = request.app.state.face.backend
+    assert backend is not None
+    return backend  # type: ignore[no-any-return]
+
+
+def back(request: Request, to: str, note: str = "") -> Response:
+    """After an action: back to the page (303, so a reload does not post again)."""
+    target = f"{to}?note={note}" if note else to
+    return RedirectResponse(target, status_code=303)
+
+
+# -- overview, transports, live updates -------------------------------------------------------
+
+
+def transports(face: Face) -> list[dict[str, Any]]:
+    rows = []
+    for name, state in sorted(face.health().items()):
+        rows.append(
+            {
+                "name": name,
+                "connected": state["connected"],
+                "stopped": state.get("stopped", ""),
+                "error": face.errors.get(name, ""),
+            }
+        )
+    return rows
+
+
+def approvals(face: Face) -> list[dict[str, str]]:
+    if face.approvals is None:
+        return []
+    return [
+        {
+            "code": code,
+            "tool": waiting.request.tool,
+            "input": preview(waiting.request.tool, waiting.request.input),
+            "session": waiting.request.session_id,
+            "owners": ", ".join(sorted(waiting.owners)),
+        }
+        for code, waiting in list(face.approvals.pending.items())
+        if not waiting.done.is_set()
+    ]
+
+
+async def _live(face: Face, backend: Backend) -> dict[str, dict[str, Any]]:
+    """What each live part of the pages shows now: its template and context."""
+    return {
+        "transports": {"transports": transports(face)},
+        "approvals": {"approvals": approvals(face)},
+        "pairings": {"codes": await backend.state.pairing_codes()},
+    }
+
+
+@guarded("page")
+async def overview(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    live = await _live(face, _backend(request))
+    count, usage = await _backend(request).store.totals()
+    return render(request, login, "index.html", **_merged(live), sessions=count, usage=usage)
+
+
+def _merged(live: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for context in live.values():
+        out |= context
+    return out
+
+
+@guarded("call")
+async def live(request: Request, login: Login) -> Response:
+    """Server-sent events: a live part's new HTML (rendered here, escaped) when it changes."""
+    face: Face = request.app.state.face
+    backend = _backend(request)
+    page = request.app.state.templates
+
+    async def events() -> AsyncIterator[str]:
+        shown: dict[str, str] = {}
+        quiet = 0.0
+        while True:
+            for part, context in (await _live(face, backend)).items():
+                html = page.get_template(f"_{part}.html").render(csrf=login.csrf, **context)
+                digest = hashlib.sha256(html.encode()).hexdigest()
+                if shown.get(part) != digest:
+                    shown[part] = digest
+                    quiet = 0.0
+                    yield f"event: {part}\ndata: {dumps({'html': html})}\n\n"
+            quiet += LIVE_EVERY
+            if quiet >= KEEPALIVE:
+                quiet = 0.0
+                yield ": still here\n\n"
+            await anyio.sleep(LIVE_EVERY)
+
+    return _stream(events())
+
+
+def _stream(events: AsyncIterator[str]) -> Response:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+# -- pairings and approvals ---------------------------------------------------------------
+
+
+@guarded("page")
+async def pairings(request: Request, login: Login) -> Response:
+    codes = await _backend(request).state.pairing_codes()
+    return render(request, login, "pairings.html", codes=codes, note=_note(request))
+
+
+@guarded("call")
+async def pairing_answer(request: Request, login: Login) -> Response:
+    code, verb = request.path_params["code"], request.path_params["verb"]
+    if verb not in ("approve", "reject"):
+        return PlainTextResponse("not found\n", status_code=404)
+    state = _backend(request).state
+    done = await (state.approve(code) if verb == "approve" else state.reject(code))
+    if done is None:
+        return back(request, "/pairings", f"no code {code} waiting")
+    log.info("web.pairing", code=code, verb=verb, by=login.user)
+    verb_done = "approved" if verb == "approve" else "rejected"
+    return back(request, "/pairings", f"{verb_done} {done.transport} {visible(done.sender_id)}")
+
+
+@guarded("page")
+async def approvals_page(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    return render(request, login, "approvals.html", approvals=approvals(face), note=_note(request))
+
+
+@guarded("call")
+async def approval_answer(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    code, verb = request.path_params["code"], request.path_params["verb"]
+    if verb not in ("approve", "deny"):
+        return PlainTextResponse("not found\n", status_code=404)
+    settled = face.approvals is not None and face.approvals.decide(
+        code, verb == "approve", f"web:{login.user}"
+    )
+    if not settled:
+        return back(request, "/approvals", f"no approval {code} waiting")
+    return back(request, "/approvals", f"{'approved' if verb == 'approve' else 'denied'} {code}")
+
+
+# -- sessions, audit, usage ---------------------------------------------------------------
+
+
+@guarded("page")
+async def sessions(request: Request, login: Login) -> Response:
+    store = _backend(request).store
+    query = request.query_params.get("q", "").strip()
+    hits = await store.search(query, limit=50) if query else []
+    listed = [] if query else await store.list_sessions(limit=200)
+    return render(
+        request,
+        login,
+        "sessions.html",
+        query=query,
+        hits=hits,
+        sessions=listed,
+        note=_note(request),
+    )
+
+
+@guarded("page")
+async def session(request: Request, login: Login) -> Response:
+    store = _backend(request).store
+    session_id = request.path_params["id"]
+    found = await store.load(session_id)
+    info = await store.info(session_id)
+    if found is None or info is None:
+        return PlainTextResponse("no such session\n", status_code=404)
+    calls = await store.tool_calls(limit=200, session_id=session_id)
+    return render(
+        request,
+        login,
+        "session.html",
+        info=info,
+        messages=[_shown(m) for m in found.messages],
+        calls=calls,
+    )
+
+
+def _shown(message: Any) -> dict[str, Any]:
+    """A message as the session page lists it: its text, tool calls and results."""
+    blocks = []
+    for c in message.content:
+        if c.kind is ContentKind.TEXT:
+            blocks.append({"kind": "text", "text": c.text})
+        elif c.kind is ContentKind.TOOL_USE and c.tool_use is not None:
+            blocks.append(
+                {"kind": "call", "text": preview(c.tool_use.name, c.tool_use.input),
+                 "tool": c.tool_use.name}
+            )  # fmt: skip
+        elif c.kind is ContentKind.TOOL_RESULT and c.tool_result is not None:
+            kind = "error" if c.tool_result.is_error else "result"
+            blocks.append({"kind": kind, "text": c.tool_result.content[:4000]})
+        elif c.attachment is not None:
+            blocks.append({"kind": "file", "text": c.attachment.stand_in()})
+    return {"role": message.role.value, "blocks": blocks}
+
+
+@guarded("call")
+async def session_delete(request: Request, login: Login) -> Response:
+    session_id = request.path_params["id"]
+    deleted = await _backend(request).store.delete_session(session_id)
+    log.info("web.session_deleted", session=session_id, by=login.user, found=deleted)
+    return back(request, "/sessions", f"deleted {session_id}" if deleted else "no such session")
+
+
+@guarded("page")
+async def audit(request: Request, login: Login) -> Response:
+    params = request.query_params
+    session_id = params.get("session") or None
+    calls = await _backend(request).store.tool_calls(limit=500, session_id=session_id)
+    tool, decision = params.get("tool", ""), params.get("decision", "")
+    calls = [
+        c
+        for c in calls
+        if (not tool or c.tool == tool) and (not decision or c.decision == decision)
+    ][:200]
+    return render(
+        request,
+        login,
+        "audit.html",
+        calls=calls,
+        tool=tool,
+        decision=decision,
+        session=session_id or "",
+    )
+
+
+@guarded("page")
+async def usage(request: Request, login: Login) -> Response:
+    listed = await _backend(request).store.list_sessions(limit=1000)
+    days: dict[str, list[int]] = {}
+    for info in listed:
+        day = datetime.date.fromtimestamp(info.updated_at).isoformat()
+        totals = days.setdefault(day, [0, 0, 0])
+        totals[0] += 1
+        totals[1] += info.usage.input_tokens
+        totals[2] += info.usage.output_tokens
+    return render(
+        request, login, "usage.html", sessions=listed, days=sorted(days.items(), reverse=True)
+    )
+
+
+# -- cron -----------------------------------------------------------------------------------
+
+
+@guarded("page")
+async def cron(request: Request, login: Login) -> Response:
+    jobs = await _backend(request).jobs.all()
+    return render(request, login, "cron.html", jobs=jobs, note=_note(request))
+
+
+@guarded("call")
+async def cron_add(request: Request, login: Login) -> Response:
+    from rousseau.cron.schedule import parse_schedule
+
+    face: Face = request.app.state.face
+    form = await request.form()
+    values = {k: str(form.get(k, "")).strip() for k in ("name", "schedule", "prompt", "to")}
+    if not all(values.values()):
+        return back(request, "/cron", "name, schedule, prompt and deliver-to are all needed")
+    try:
+        parse_schedule(values["schedule"], face.cron_timezone)
+        job = await _backend(request).jobs.add(
+            values["name"],
+            values["schedule"],
+            values["prompt"],
+            values["to"],
+            timezone=face.cron_timezone,
+        )
+    except (RousseauError, ValueError) as exc:
+        return back(request, "/cron", str(exc))
+    if face.scheduler is not None:
+        face.scheduler.wake()
+    log.info("web.cron_added", job=job.name, by=login.user)
+    return back(request, "/cron", f"added {job.name}")
+
+
+@guarded("call")
+async def cron_act(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    jobs = _backend(request).jobs
+    key, verb = request.path_params["id"], request.path_params["verb"]
+    if verb not in ("enable", "disable", "run"):
+        return PlainTextResponse("not found\n", status_code=404)
+    try:
+        job = await jobs.get(key)
+        if verb == "run":
+            scheduler = face.scheduler
+            if scheduler is None or face.background is None:
+                return back(request, "/cron", "cron is not running here")
+            face.background(functools.partial(scheduler.run_now, job))
+            note = f"started {job.name}"
+        else:
+            job = await jobs.set_enabled(key, verb == "enable")
+            if face.scheduler is not None:
+                face.scheduler.wake()
+            note = f"{verb}d {job.name}"
+    except RousseauError as exc:
+        return back(request, "/cron", str(exc))
+    log.info("web.cron", job=job.name, verb=verb, by=login.user)
+    return back(request, "/cron", note)
+
+
+# -- web chat -------------------------------------------------------------------------------
+
+
+def _chat_id(login: Login) -> str:
+    return login.user
+
+
+@guarded("page", role="chat")
+async def chat_page(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    if face.chat is None:
+        return PlainTextResponse("the web chat is off\n", status_code=404)
+    backend = _backend(request)
+    messages: list[dict[str, Any]] = []
+    session_id = await backend.state.session_for(f"{face.chat.name}:{_chat_id(login)}")
+    if session_id is not None:
+        found = await backend.store.load(session_id)
+        if found is not None:
+            for m in found.messages[-100:]:
+                text = "\n".join(c.text for c in m.content if c.kind is ContentKind.TEXT)
+                if text:
+                    messages.append({"role": m.role.value, "text": text})
+    return render(request, login, "chat.html", messages=messages)
+
+
+@guarded("call", role="chat")
+async def chat_send(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    if face.chat is None:
+        return PlainTextResponse("the web chat is off\n", status_code=404)
+    body = (
+        await request.json()
+        if request.headers.get("content-type", "").startswith("application/json")
+        else dict(await request.form())
+    )
+    text = str(body.get("text", "")).strip()
+    if not text or len(text) > MAX_MESSAGE:
+        return PlainTextResponse(f"a message is 1 to {MAX_MESSAGE} characters\n", status_code=400)
+    try:
+        message_id = await face.chat.say(_chat_id(login), login.user, text)
+    except Exception as exc:  # not persisted: the page says so and keeps the text
+        log.warning("web.chat_failed", error=str(exc))
+        return PlainTextResponse("not sent: try again\n", status_code=503)
+    return Response(dumps({"id": message_id}), media_type="application/json")
+
+
+@guarded("call", role="chat")
+async def chat_events(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    if face.chat is None:
+        return PlainTextResponse("the web chat is off\n", status_code=404)
+    chat = face.chat
+
+    async def events() -> AsyncIterator[str]:
+        async with chat.listen(_chat_id(login)) as received:
+            yield ": listening\n\n"
+            while True:
+                with anyio.move_on_after(KEEPALIVE) as idle:
+                    event = await received.receive()
+                if idle.cancelled_caught:
+                    yield ": still here\n\n"
+                    continue
+                data = {"id": event.id, "text": event.text, "final": event.kind == "message"}
+                yield f"event: {event.kind}\ndata: {dumps(data)}\n\n"
+
+    return _stream(events())
+
+
+# -- logging in -----------------------------------------------------------------------------
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def _login_form(request: Request, error: str = "", status: int = 200) -> Response:
+    import secrets
+
+    token = request.cookies.get("rousseau_login") or secrets.token_urlsafe(24)
+    response = render(request, None, "login.html", error=error, form_token=token)
+    response.status_code = status
+    response.set_cookie(
+        "rousseau_login", token, httponly=True, samesite="strict", secure=_secure(request)
+    )
+    return response
+
+
+async def login_page(request: Request) -> Response:
+    return _login_form(request)
+
+
+async def login(request: Request) -> Response:
+    """The password form: double-submit CSRF (the form's token matches its cookie), four
+    failed tries a minute per client address."""
+    face: Face = request.app.state.face
+    assert face.logins is not None
+    form = await request.form()
+    sent, cookie = str(form.get("csrf", "")), request.cookies.get("rousseau_login", "")
+    if not cookie or not same(sent, cookie):
+        return PlainTextResponse("missing or wrong CSRF token\n", status_code=403)
+    if not face.logins.may_try(_client(request)):
+        log.warning("web.login_limited", client=_client(request))
+        return _login_form(request, "Too many tries: wait a minute.", status=429)
+    found = await face.logins.check_password(
+        str(form.get("user", OWNER)).strip() or OWNER, str(form.get("password", ""))
+    )
+    if found is None:
+        return _login_form(request, "Wrong name or password.", status=401)
+    face.logins.succeeded(_client(request))
+    return _logged_in(request, *found)
+
+
+def _logged_in(request: Request, token: str, login: Login) -> Response:
+    face: Face = request.app.state.face
+    assert face.config is not None
+    response = RedirectResponse("/" if login.owner else "/chat", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=int(face.config.session_ttl),
+        httponly=True,
+        samesite="strict",
+        secure=_secure(request),
+    )
+    response.delete_cookie("rousseau_login")
+    return response
+
+
+def _secure(request: Request) -> bool:
+    """Cookies only over https where the page is served over https (directly, or behind a
+    proxy on this host that says so) or the public address is https."""
+    face: Face = request.app.state.face
+    public = face.config.public_url if face.config is not None else ""
+    return request.url.scheme == "https" or public.startswith("https://")
+
+
+async def link_page(request: Request) -> Response:
+    """A one-time link shows a button: opening the link alone (a chat app's preview of it)
+    logs no one in."""
+    return render(request, None, "link.html", token=request.query_params.get("token", ""))
+
+
+async def link(request: Request) -> Response:
+    face: Face = request.app.state.face
+    assert face.logins is not None
+    if not face.logins.may_try(_client(request)):
+        return PlainTextResponse("too many tries: wait a minute\n", status_code=429)
+    token = str((await request.form()).get("token", ""))
+    found = await face.logins.use_link(token) if token else None
+    if found is None:
+        return _login_form(request, "That link was used already, or has expired.", status=401)
+    face.logins.succeeded(_client(request))
+    return _logged_in(request, *found)
+
+
+@guarded("call", role="chat")
+async def logout(request: Request, login: Login) -> Response:
+    face: Face = request.app.state.face
+    assert face.logins is not None
+    face.logins.end(request.cookies.get(COOKIE))
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE)
+    return response
+
+
+def _note(request: Request) -> str:
+    return request.query_params.get("note", "")[:200]
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/login/link", link_page, methods=["GET"]),
+        Route("/login/link", link, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/", overview),
+        Route("/live", live),
+        Route("/pairings", pairings),
+        Route("/pairings/{code}/{verb}", pairing_answer, methods=["POST"]),
+        Route("/approvals", approvals_page),
+        Route("/approvals/{code}/{verb}", approval_answer, methods=["POST"]),
+        Route("/sessions", sessions),
+        Route("/sessions/{id}", session),
+        Route("/sessions/{id}/delete", session_delete, methods=["POST"]),
+        Route("/audit", audit),
+        Route("/usage", usage),
+        Route("/cron", cron),
+        Route("/cron/add", cron_add, methods=["POST"]),
+        Route("/cron/{id}/{verb}", cron_act, methods=["POST"]),
+        Route("/chat", chat_page),
+        Route("/chat/send", chat_send, methods=["POST"]),
+        Route("/chat/events", chat_events),
+    ]

@@ -1,0 +1,76 @@
+// rousseau's one script: live parts of the dashboard, and the web chat. No inline script
+// anywhere (the CSP forbids it); server-rendered HTML arrives escaped, chat text as text.
+"use strict";
+
+const csrf = document.querySelector('meta[name="csrf"]')?.content || "";
+
+function liveParts() {
+  const parts = document.querySelectorAll("[data-live]");
+  if (!parts.length) return;
+  const events = new EventSource("/live");
+  for (const part of parts) {
+    events.addEventListener(part.dataset.live, (e) => {
+      part.innerHTML = JSON.parse(e.data).html;
+    });
+  }
+}
+
+function chat() {
+  const form = document.getElementById("say");
+  if (!form) return;
+  const list = document.getElementById("conversation");
+  const text = document.getElementById("text");
+  const shown = new Map();
+
+  function show(role, id, body, writing) {
+    let item = id ? shown.get(id) : null;
+    if (!item) {
+      item = document.createElement("li");
+      item.className = role;
+      const div = document.createElement("div");
+      div.className = "text";
+      item.appendChild(div);
+      list.appendChild(item);
+      if (id) shown.set(id, item);
+    }
+    item.firstChild.textContent = body;
+    item.classList.toggle("writing", writing);
+    item.scrollIntoView({block: "end"});
+  }
+
+  const events = new EventSource("/chat/events");
+  events.addEventListener("preview", (e) => {
+    const m = JSON.parse(e.data);
+    show("assistant", m.id, m.text, true);
+  });
+  events.addEventListener("message", (e) => {
+    const m = JSON.parse(e.data);
+    show("assistant", m.id, m.text, false);
+  });
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const body = text.value.trim();
+    if (!body) return;
+    const sent = await fetch("/chat/send", {
+      method: "POST",
+      headers: {"content-type": "application/json", "x-csrf-token": csrf},
+      body: JSON.stringify({text: body}),
+    });
+    if (sent.ok) {
+      show("user", null, body, false);
+      text.value = "";
+    } else {
+      show("error", null, await sent.text(), false);
+    }
+  });
+  text.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+}
+
+liveParts();
+chat();

@@ -1,0 +1,168 @@
+"""The web face in a real Chromium (Debian's, driven by Playwright) against `rousseau run`
+with the fake Telegram and the fake model: what an owner does from a phone.
+
+With ROUSSEAU_SCREENSHOTS=DIR set, the pages are also saved there (docs/img holds the
+ones the Web page shows)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.support import wait_until
+from tests.helpers import unavailable
+from tests.web.conftest import OWNER_CHAT, PASSWORD, WebDaemon
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",  # no calls out of this machine
+    "--disable-component-update",
+    "--disable-sync",
+]
+STRANGER = 777
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright for Python is not installed (pip install playwright)")
+    if not Path(CHROMIUM).exists():
+        unavailable("Chromium is not installed (Debian's chromium package)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, web_daemon: WebDaemon) -> Iterator[Any]:
+    context = browser.new_context(base_url=web_daemon.url, viewport={"width": 420, "height": 860})
+    opened = context.new_page()
+    opened.set_default_timeout(15_000)
+    yield opened
+    context.close()
+
+
+def shot(page: Any, name: str) -> None:
+    folder = os.environ.get("ROUSSEAU_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / f"web-{name}.png"), full_page=True)
+
+
+def log_in(page: Any) -> None:
+    page.goto("/login")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(re.compile(r"/$"))
+
+
+def test_log_in_and_see_telegram_connected(page: Any) -> None:
+    shot(page.goto("/login") and page, "login")
+    log_in(page)
+    row = page.locator('[data-transport="telegram"]')
+    assert row.locator(".ok").inner_text() == "connected"
+    shot(page, "overview")
+
+
+def test_a_strangers_pairing_code_appears_live_and_once_approved_they_are_answered(
+    page: Any, web_daemon: WebDaemon
+) -> None:
+    telegram = web_daemon.telegram
+    log_in(page)
+    before = len(telegram.sent)
+    telegram.push("hello?", chat_id=STRANGER, user_id=STRANGER)
+    told = telegram.wait_sent(before + 1)[-1]
+    code = re.search(r"\b([A-Z2-9]{6,8})\b", told.text)
+    assert code is not None and told.chat_id == STRANGER, told.text
+    row = page.locator(f'[data-live="pairings"] [data-code="{code.group(1)}"]')
+    row.wait_for()  # came in live: the page was not reloaded
+    row.get_by_role("button", name="Approve").click()
+    page.wait_for_url(re.compile(r"/pairings\?note=approved"))
+    telegram.push("and now?", chat_id=STRANGER, user_id=STRANGER)
+    answered = telegram.wait_sent(before + 2)[-1]
+    assert answered.chat_id == STRANGER and answered.text.startswith("echo: and now?")
+
+
+def test_a_tool_approval_from_telegram_is_approved_live_from_the_page(
+    page: Any, web_daemon: WebDaemon
+) -> None:
+    telegram = web_daemon.telegram
+    log_in(page)
+    page.goto("/approvals")
+    before = len(telegram.sent)
+    telegram.push("use bash echo approve-me")
+    card = page.locator('[data-live="approvals"] .card')
+    card.wait_for()
+    assert "echo approve-me" in card.locator("pre").inner_text()
+    shot(page, "approvals")
+    card.get_by_role("button", name="Approve").click()
+    assert wait_until(
+        lambda: any(s.text == "the tool said: approve-me" for s in telegram.sent[before:]),
+        timeout=20,
+    ), [s.text for s in telegram.sent[before:]]
+    asked = [s for s in telegram.sent[before:] if s.text.startswith("Approve bash?")]
+    assert asked and asked[0].chat_id == OWNER_CHAT  # the chat was asked too, as before
+
+
+def test_a_cron_job_is_disabled_and_run_now(page: Any, web_daemon: WebDaemon) -> None:
+    telegram = web_daemon.telegram
+    log_in(page)
+    page.goto("/cron")
+    page.get_by_label("Name").fill("morning")
+    page.get_by_label("Schedule").fill("0 8 * * *")
+    page.get_by_label("Prompt").fill("good morning report")
+    page.get_by_label("Deliver to").fill(f"telegram:{OWNER_CHAT}")
+    page.get_by_role("button", name="Add").click()
+    job = page.locator('[data-job="morning"]')
+    job.get_by_role("button", name="Disable").click()
+    assert "(disabled)" in job.inner_text()
+    assert "disabled" in web_daemon.rousseau("cron", "list").stdout
+    before = len(telegram.sent)
+    job.get_by_role("button", name="Run now").click()
+    shot(page, "cron")
+    assert wait_until(
+        lambda: any("good morning report" in s.text for s in telegram.sent[before:]), timeout=20
+    ), [s.text for s in telegram.sent[before:]]
+
+
+def test_a_web_chat_message_streams_its_reply(page: Any) -> None:
+    log_in(page)
+    page.goto("/chat")
+    page.get_by_label("Message").fill("slowly please")
+    page.get_by_role("button", name="Send").click()
+    writing = page.locator(".conversation .assistant.writing")
+    writing.wait_for()  # a preview, before the answer was whole
+    partial = writing.inner_text()
+    final = page.locator(".conversation .assistant:not(.writing)")
+    final.last.wait_for()
+    answer = " ".join(f"word{i}" for i in range(40))
+    assert final.last.inner_text() == answer
+    assert partial != answer and answer.startswith(partial)
+    shot(page, "chat")
+    page.reload()  # the conversation is a session: it is there after a reload
+    assert page.locator(".conversation .assistant").last.inner_text() == answer
+
+
+def test_a_wrong_password_is_refused_and_the_fifth_try_is_rate_limited(page: Any) -> None:
+    # Last in this module: the four failures hold this client address for a minute.
+    page.goto("/login")
+    for i in range(4):
+        page.get_by_label("Password").fill(f"wrong {i}")
+        page.get_by_role("button", name="Log in").click()
+        assert page.get_by_role("alert").inner_text() == "Wrong name or password."
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    assert page.get_by_role("alert").inner_text() == "Too many tries: wait a minute."
+    assert page.url.endswith("/login")
