@@ -53,7 +53,6 @@ from rousseau.transports.base import Transport
 
 if TYPE_CHECKING:
     from rousseau.state.postgres_daemon import PostgresDaemonState
-    from rousseau.web.app import Face
 
 log = structlog.get_logger("rousseau.daemon")
 
@@ -368,7 +367,17 @@ class Daemon:
                 tg.start_soon(router.deliver, transport.name)
             tg.start_soon(self._sweep, router)
             for key, listener in listeners.items():
-                face = self._face(key, router, scheduler, backend, tg)
+                face = web.face(
+                    self.config if key == "web" else None,
+                    health=self.transport_states,
+                    metrics=self.metrics,
+                    errors=self.errors,
+                    transports=self.transports,
+                    approvals=router.approvals,
+                    scheduler=scheduler,
+                    backend=backend,
+                    tg=tg,
+                )
                 tg.start_soon(web.serve, face, listener)
             self._watchdog(tg)
             sd_notify("READY=1")
@@ -507,49 +516,6 @@ class Daemon:
 
         tg.start_soon(ping)
 
-    def _face(
-        self, key: str, router: Router, scheduler: Scheduler, backend: Backend, tg: TaskGroup
-    ) -> Face:
-        """What the server on `key`'s address serves: health alone (`health.listen`), or
-        the whole web face (`web.listen`)."""
-        from rousseau.web.app import Face
-
-        face = Face(health=self.transport_states, metrics=self.metrics, errors=self.errors)
-        web_config = self.config.web
-        if key != "web" or web_config is None:
-            return face
-        from rousseau.web.auth import LINKS, Logins
-
-        face.config = web_config
-        face.logins = Logins(
-            password_hash=_secret(web_config.password_hash),
-            chat_users={n: h.get_secret_value() for n, h in web_config.chat_users.items()},
-            ttl=web_config.session_ttl,
-            links=backend.transport_state(LINKS),
-        )
-        face.backend = backend
-        face.approvals = router.approvals
-        face.scheduler = scheduler
-        face.chat = self.transports.get("web")  # type: ignore[assignment]
-        face.api = self.transports.get("api")  # type: ignore[assignment]
-        face.agents = [self.config.default_agent] + [
-            name for name in (DEFAULT_AGENT, *self.config.agents)
-            if name != self.config.default_agent
-        ]  # fmt: skip
-        face.cron_timezone = self.config.cron.timezone
-
-        def background(work: Callable[[], Awaitable[object]]) -> None:
-            async def run() -> None:
-                try:
-                    await work()
-                except Exception:
-                    log.exception("web.background_failed")
-
-            tg.start_soon(run)
-
-        face.background = background
-        return face
-
 
 def _ask(approvals: ChatApprovals | None, config: Config) -> AskFn | None:
     """How the agent `config.agent` describes puts a question to its own approver's owners
@@ -577,10 +543,6 @@ async def _listen(section: HealthConfig, key: str) -> MultiListener[SocketStream
         raise ConfigError(f"{key}.listen: cannot listen on {section.listen}: {reason}") from None
     log.info(f"daemon.{key}", listen=section.listen)
     return listener
-
-
-def _secret(value: Any) -> str | None:
-    return value.get_secret_value() if value is not None else None
 
 
 @contextlib.contextmanager

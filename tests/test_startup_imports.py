@@ -37,7 +37,7 @@ OURS = {
     "rousseau.tools.hardening", "rousseau.tools.read", "rousseau.tools.sandbox",
     "rousseau.tools.write", "rousseau.transports", "rousseau.transports.base",
     "rousseau.transports.split", "rousseau.transports.telegram",
-    "rousseau.transports.telegram_http", "rousseau.web",
+    "rousseau.transports.telegram_http", "rousseau.web", "rousseau.web.face",
 }  # fmt: skip
 NOT_YET = {
     "openai", "anthropic", "boto3", "botocore", "google", "slack_sdk", "slack_bolt",

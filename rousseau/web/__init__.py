@@ -15,12 +15,13 @@ import anyio
 from anyio.abc import SocketAttribute
 
 from rousseau.streaming import StreamSettings
+from rousseau.web.face import Face, face
 
 if TYPE_CHECKING:
     from anyio.abc import SocketStream
     from anyio.streams.stapled import MultiListener
 
-    from rousseau.web.app import Face
+__all__ = ["CHOOSE_AGENT", "STREAMING", "Face", "check_installed", "face", "serve"]
 
 STREAMING = {
     "web": StreamSettings(progress="tools", interval=0.25, raw=True),

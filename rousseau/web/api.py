@@ -11,11 +11,12 @@ last user message is new to it. Calls of one conversation take turns.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,8 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rousseau.web.app import Face, dumps, json_error
+from rousseau.web.app import dumps, json_error
 from rousseau.web.auth import same
+from rousseau.web.face import Face
 
 if TYPE_CHECKING:
     from rousseau.config import WebKeyConfig
@@ -52,22 +54,29 @@ def _key(request: Request) -> WebKeyConfig | None:
     return None
 
 
-def _no_key() -> Response:
-    return json_error(
-        401, "a valid API key is needed (Authorization: Bearer KEY)", "invalid_api_key"
-    )
-
-
 def _models(face: Face, key: WebKeyConfig) -> list[str]:
     return [key.agent] if key.agent else list(face.agents)
 
 
-async def models(request: Request) -> Response:
-    key = _key(request)
-    if key is None:
-        return json_error(
-            401, "a valid API key is needed (Authorization: Bearer KEY)", "invalid_api_key"
-        )
+def keyed(
+    handler: Callable[[Request, WebKeyConfig], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """An API route for callers with a configured key (401 in OpenAI's shape otherwise)."""
+
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        key = _key(request)
+        if key is None:
+            return json_error(
+                401, "a valid API key is needed (Authorization: Bearer KEY)", "invalid_api_key"
+            )
+        return await handler(request, key)
+
+    return endpoint
+
+
+@keyed
+async def models(request: Request, key: WebKeyConfig) -> Response:
     face: Face = request.app.state.face
     return JSONResponse(
         {
@@ -116,12 +125,8 @@ class Conversations:
         return found
 
 
-async def completions(request: Request) -> Response:
-    key = _key(request)
-    if key is None:
-        return json_error(
-            401, "a valid API key is needed (Authorization: Bearer KEY)", "invalid_api_key"
-        )
+@keyed
+async def completions(request: Request, key: WebKeyConfig) -> Response:
     face: Face = request.app.state.face
     assert face.api is not None
     try:

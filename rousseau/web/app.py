@@ -10,10 +10,8 @@ Pages are rendered on the server (Jinja2, autoescaped); the one script, served f
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from starlette.applications import Starlette
@@ -23,15 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-if TYPE_CHECKING:
-    from rousseau.approvals import ChatApprovals
-    from rousseau.config import WebConfig
-    from rousseau.cron import Scheduler
-    from rousseau.metrics import Metrics
-    from rousseau.state.backend import Backend
-    from rousseau.web.api import Conversations
-    from rousseau.web.auth import Logins
-    from rousseau.web.chat import WebChat
+from rousseau.web.face import Face
 
 log = structlog.get_logger("rousseau.web")
 
@@ -47,33 +37,6 @@ HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
-
-
-@dataclass(kw_only=True)
-class Face:
-    """What the web face shows and acts on. Health alone needs the first two; the rest is
-    set where `web:` is configured."""
-
-    health: Callable[[], dict[str, dict[str, Any]]]
-    """Each transport's state (the daemon's transport_states)."""
-    metrics: Metrics
-    config: WebConfig | None = None
-    logins: Logins | None = None
-    backend: Backend | None = None
-    approvals: ChatApprovals | None = None
-    scheduler: Scheduler | None = None
-    chat: WebChat | None = None
-    api: WebChat | None = None
-    agents: list[str] = field(default_factory=list)
-    """The agents the API offers as models (the default one first)."""
-    errors: Mapping[str, str] = field(default_factory=dict)
-    """Each transport's last failure (the daemon's)."""
-    cron_timezone: str = "local"
-    """The zone of a job added from the dashboard (the config's cron.timezone)."""
-    conversations: Conversations | None = None
-    """The OpenAI-compatible API's turn locks (made by `build`)."""
-    background: Callable[[Callable[[], Awaitable[object]]], None] | None = None
-    """Start work that outlives the request (a cron run started from the dashboard)."""
 
 
 async def healthz(request: Request) -> Response:

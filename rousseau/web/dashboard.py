@@ -23,8 +23,9 @@ from starlette.templating import Jinja2Templates
 
 from rousseau.agent import ContentKind, RousseauError
 from rousseau.approvals import preview, visible
-from rousseau.web.app import HERE, Face, dumps
+from rousseau.web.app import HERE, dumps
 from rousseau.web.auth import COOKIE, OWNER, Login, same
+from rousseau.web.face import Face
 
 if TYPE_CHECKING:
     from rousseau.state.backend import Backend
