@@ -9,7 +9,7 @@ The session is the history: a page opened later reads it from the store.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -20,12 +20,14 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rousseau.agents import DEFAULT_AGENT
+from rousseau.media import Incoming, MediaIntake
 from rousseau.transports.base import (
     Inbound,
     InboundHandler,
     KeyValue,
     MemoryKeyValue,
     Outbound,
+    take_files,
 )
 
 log = structlog.get_logger("rousseau.web")
@@ -57,6 +59,7 @@ class WebChat:
         self.max_length = max_length
         self.state: KeyValue = MemoryKeyValue()
         self._handler: InboundHandler | None = None
+        self._media: MediaIntake | None = None
         self._stopped = anyio.Event()
         self._listeners: dict[str, set[MemoryObjectSendStream[Event]]] = {}
 
@@ -87,25 +90,34 @@ class WebChat:
     async def check(self) -> str:
         return self.name
 
+    def bind_media(self, media: MediaIntake) -> None:
+        self._media = media
+
     async def say(
-        self, chat_id: str, sender_id: str, text: str, *, agent: str = DEFAULT_AGENT
+        self,
+        chat_id: str,
+        sender_id: str,
+        text: str,
+        *,
+        agent: str = DEFAULT_AGENT,
+        files: Sequence[Incoming] = (),
     ) -> str:
-        """A message typed by `sender_id` in `chat_id`, handed to the router; its id once
-        it is persisted. Raises RuntimeError while the transport is not running."""
+        """A message typed by `sender_id` in `chat_id` (with any uploaded `files`, stored
+        or refused under the media limits), handed to the router; its id once it is
+        persisted. Raises RuntimeError while the transport is not running."""
         if self._handler is None:
             raise RuntimeError(f"{self.name}: not running")
         message_id = secrets.token_hex(8)
-        await self._handler(
-            Inbound(
-                transport=self.name,
-                chat_id=chat_id,
-                sender_id=sender_id,
-                message_id=message_id,
-                text=text,
-                sender_name=sender_id,
-                agent=agent,
-            )
+        inbound = Inbound(
+            transport=self.name,
+            chat_id=chat_id,
+            sender_id=sender_id,
+            message_id=message_id,
+            text=text,
+            sender_name=sender_id,
+            agent=agent,
         )
+        await self._handler(await take_files(inbound, self._media, files))
         return message_id
 
     @asynccontextmanager

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import structlog
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import (
     PlainTextResponse,
@@ -23,6 +24,7 @@ from starlette.templating import Jinja2Templates
 
 from rousseau.agent import ContentKind, RousseauError
 from rousseau.approvals import preview, visible
+from rousseau.media import Incoming
 from rousseau.web.app import HERE, dumps
 from rousseau.web.auth import COOKIE, OWNER, Login, same
 from rousseau.web.face import Face
@@ -39,6 +41,8 @@ KEEPALIVE = 15.0
 """Seconds between two comments on an idle event stream (proxies close silent ones)."""
 MAX_MESSAGE = 32_000
 """Characters one web chat message may have."""
+MAX_FILES = 10
+"""Files one web chat message may carry (their sizes and types: media: in the config)."""
 
 
 def templates() -> Jinja2Templates:
@@ -433,8 +437,12 @@ async def chat_page(request: Request, login: Login) -> Response:
         found = await backend.store.load(session_id)
         if found is not None:
             for m in found.messages[-100:]:
-                text = "\n".join(c.text for c in m.content if c.kind is ContentKind.TEXT)
-                if text:
+                text = "\n".join(
+                    c.attachment.stand_in() if c.attachment is not None else c.text
+                    for c in m.content
+                    if c.kind is ContentKind.TEXT or c.attachment is not None
+                )
+                if text and m.role.value in ("user", "assistant"):
                     messages.append({"role": m.role.value, "text": text})
     return render(request, login, "chat.html", messages=messages)
 
@@ -444,20 +452,32 @@ async def chat_send(request: Request, login: Login) -> Response:
     face: Face = request.app.state.face
     if face.chat is None:
         return PlainTextResponse("the web chat is off\n", status_code=404)
-    body = (
-        await request.json()
-        if request.headers.get("content-type", "").startswith("application/json")
-        else dict(await request.form())
-    )
-    text = str(body.get("text", "")).strip()
-    if not text or len(text) > MAX_MESSAGE:
+    form = await request.form(max_files=MAX_FILES)
+    text = str(form.get("text", "")).strip()
+    files = [_upload(f) for f in form.getlist("file") if isinstance(f, UploadFile) and f.filename]
+    if (not text and not files) or len(text) > MAX_MESSAGE:
         return PlainTextResponse(f"a message is 1 to {MAX_MESSAGE} characters\n", status_code=400)
     try:
-        message_id = await face.chat.say(_chat_id(login), login.user, text)
+        message_id = await face.chat.say(_chat_id(login), login.user, text, files=files)
     except Exception as exc:  # not persisted: the page says so and keeps the text
         log.warning("web.chat_failed", error=str(exc))
         return PlainTextResponse("not sent: try again\n", status_code=503)
     return Response(dumps({"id": message_id}), media_type="application/json")
+
+
+def _upload(upload: UploadFile) -> Incoming:
+    """An uploaded file as the media intake takes it in (the limits see its size first)."""
+
+    async def fetch() -> bytes:
+        await upload.seek(0)
+        return await upload.read()
+
+    return Incoming(
+        name=upload.filename or "upload",
+        media_type=upload.content_type or "application/octet-stream",
+        size=upload.size,
+        fetch=fetch,
+    )
 
 
 @guarded("call", role="chat")

@@ -155,6 +155,24 @@ def test_a_web_chat_message_streams_its_reply(page: Any) -> None:
     assert page.locator(".conversation .assistant").last.inner_text() == answer
 
 
+def test_a_file_uploaded_in_the_web_chat_reaches_the_agent_and_the_workspace(
+    page: Any, web_daemon: WebDaemon, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the meeting moved to Thursday\n")
+    log_in(page)
+    page.goto("/chat")
+    page.get_by_label("Message").fill("what does this file say?")
+    page.get_by_label("Attach").set_input_files(str(notes))
+    page.get_by_role("button", name="Send").click()
+    answer = page.locator(".conversation .assistant:not(.writing)").last
+    answer.wait_for()
+    assert wait_until(lambda: "notes.txt" in answer.inner_text(), timeout=15), answer.inner_text()
+    assert "what does this file say?" in answer.inner_text()
+    saved = list((web_daemon.tmp / "ws").rglob("notes.txt"))
+    assert saved and saved[0].read_text() == notes.read_text()
+
+
 def test_a_wrong_password_is_refused_and_the_fifth_try_is_rate_limited(page: Any) -> None:
     # Last in this module: the four failures hold this client address for a minute.
     page.goto("/login")

@@ -48,18 +48,21 @@ function chat() {
     show("assistant", m.id, m.text, false);
   });
 
+  const file = document.getElementById("file");
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const body = text.value.trim();
-    if (!body) return;
+    const names = Array.from(file.files).map((f) => `[${f.name}]`);
+    if (!body && !names.length) return;
     const sent = await fetch("/chat/send", {
       method: "POST",
-      headers: {"content-type": "application/json", "x-csrf-token": csrf},
-      body: JSON.stringify({text: body}),
+      headers: {"x-csrf-token": csrf},
+      body: new FormData(form),  // the text and any files, as multipart
     });
     if (sent.ok) {
-      show("user", null, body, false);
+      show("user", null, [body, ...names].filter(Boolean).join("\n"), false);
       text.value = "";
+      file.value = "";
     } else {
       show("error", null, await sent.text(), false);
     }
