@@ -350,6 +350,10 @@ class Daemon:
         """Everything runs in one task group until a signal or stop(); then a graceful stop."""
         config = self.config
         cluster = backend.cluster
+        if cluster is not None:  # a page's reply goes out where the page is connected
+            cluster.stays = frozenset(
+                name for name, t in self.transports.items() if getattr(t, "replies_stay", False)
+            )
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._signals)
             await tg.start(router.run)

@@ -89,6 +89,9 @@ class PostgresDaemonState:
         self.lease = lease
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         """This daemon, as its claims name it."""
+        self.stays: frozenset[str] = frozenset()
+        """Transports whose replies this daemon sends itself, claimed as they are queued:
+        the web page or API call waiting for one is connected to this daemon alone."""
 
     def _stale(self) -> float:
         return time.time() - self.lease
@@ -371,9 +374,12 @@ class PostgresDaemonState:
             async with db.cursor() as cursor:
                 await cursor.executemany(
                     "INSERT INTO outbox (transport, chat_id, thread_id, reply_to, text, status,"
-                    " next_attempt_at, created_at, buttons, attachment, replaces)"
-                    " VALUES (%s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s)",
-                    [outbox_params(p, now) for p in parts],
+                    " next_attempt_at, created_at, buttons, attachment, replaces, claimed_by)"
+                    " VALUES (%s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s, %s)",
+                    [
+                        (*outbox_params(p, now), self.id if p.transport in self.stays else None)
+                        for p in parts
+                    ],
                 )
             if inbound is not None:
                 await db.execute(

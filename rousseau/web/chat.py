@@ -52,7 +52,9 @@ class WebChat:
 
     measure = staticmethod(len)
     shares_connections = True
-    """Where daemons share the state, every daemon serves its own pages and calls."""
+    """Where daemons share the state, every daemon serves its own pages and calls..."""
+    replies_stay = True
+    """...and sends their replies itself: the page waiting for one is connected here."""
 
     def __init__(self, name: str = "web", max_length: int = 100_000) -> None:
         self.name = name

@@ -4,6 +4,8 @@ two daemons never both hold, and a dead daemon's work taken over after its lease
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -241,6 +243,20 @@ async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Po
     assert [i.message_id for i in await two.orphans()] == ["1"]
     assert await two.orphans() == []  # now two's own
     assert [r.message.text for r in await two.due("telegram")] == ["reply"]
+    await pg.aclose()
+
+
+async def test_a_reply_to_a_web_page_stays_with_the_daemon_that_wrote_it(
+    postgres: Postgres,
+) -> None:
+    """The page (or API call) waiting for it is connected to that daemon alone."""
+    pg, one, two = await pg_daemons(postgres, lease=0.5)
+    one.stays = two.stays = frozenset({"web"})
+    await one.finish(None, [replace(part("to the page"), transport="web")])
+    await two.finish(None, [part("to telegram")])
+    assert await two.due("web") == []  # another daemon's page: never sent from here
+    assert [r.message.text for r in await one.due("telegram")] == ["to telegram"]
+    assert [r.message.text for r in await one.due("web")] == ["to the page"]
     await pg.aclose()
 
 
