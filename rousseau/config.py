@@ -553,7 +553,8 @@ class TransportConfig(Section):
     streaming: Literal["off", "edit", "native"] = "edit"
     """Show a reply in the chat as it is written, by editing one message (where the platform
     allows edits: Telegram, Slack, Discord, Matrix); `native` uses Telegram's drafts in
-    private chats (edits elsewhere); `off` sends it whole when done."""
+    private chats and Slack's streaming methods in threads (edits elsewhere, or where the
+    workspace refuses them); `off` sends it whole when done."""
     progress: Literal["off", "tools"] | None = None
     """While tools run, the streamed message says what they do (`tools`); unset: in direct
     chats but not in groups."""

@@ -62,6 +62,7 @@ def _slack(section: Any) -> Transport:
         section.bot_token.get_secret_value(),
         bot_user_id=section.bot_user_id,
         base_url=section.base_url,
+        native_streams=section.streaming == "native",
     )
 
 

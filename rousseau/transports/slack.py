@@ -49,6 +49,8 @@ ANSWER_ACTION = "rousseau_answer_"
 HARD_LIMIT = 40_000
 SOFT_LIMIT = 3_500  # long replies read better in several messages well before Slack's limit
 MAX_FILE_BYTES = 100_000_000
+STREAMS_KEPT = 256
+"""Native streams remembered at once (one per reply being written)."""
 """What send_file may attach (Slack takes up to 1 GB; a file is held in memory to send)."""
 _IGNORED_SUBTYPES = frozenset(
     {
@@ -97,6 +99,7 @@ class SlackTransport:
         *,
         bot_user_id: str | None = None,
         base_url: str | None = None,
+        native_streams: bool = False,
     ) -> None:
         api = (base_url or "https://slack.com/api/").rstrip("/") + "/"
         retries = [
@@ -111,6 +114,11 @@ class SlackTransport:
         self._stop = anyio.Event()
         self._socket: AsyncSocketModeHandler | None = None
         self.media: MediaIntake | None = None
+        self.native_streams = native_streams
+        """Stream replies in threads with Slack's own streaming methods (chat.startStream,
+        appendStream, stopStream: `streaming: native`), where the workspace allows them."""
+        self._streams: OrderedDict[str, str] = OrderedDict()
+        """Messages being streamed natively (by ts), with the text appended so far."""
 
     @property
     def connected(self) -> bool:
@@ -321,6 +329,7 @@ class SlackTransport:
         """The streamed preview `message.replaces` updated into the final text; False when
         it is gone (deleted) and the text must be posted anew."""
         assert message.replaces is not None
+        await self._stop_stream(message.chat_id, message.replaces)
         try:
             await self.client.chat_update(
                 channel=message.chat_id, ts=message.replaces, text=text, blocks=blocks
@@ -336,7 +345,20 @@ class SlackTransport:
     async def preview(
         self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
     ) -> str:
-        """A reply as it is written: posted, then updated in place (see rousseau.streaming)."""
+        """A reply as it is written: posted, then updated in place (see rousseau.streaming);
+        in a thread with native streams, started and appended to, as long as the text only
+        grows (a status line or a new step ends the stream: updated in place from then on)."""
+        try:
+            if self.native_streams and thread_id:
+                streamed = await self._stream(chat_id, thread_id, text, message_id)
+                if streamed is not None:
+                    return streamed
+        except SlackApiError as exc:
+            if exc.response.status_code == 429:
+                raise Throttled(float(exc.response.headers.get("Retry-After", 1))) from exc
+            raise self._failed("slack.bot_token", "a streamed preview", exc) from exc
+        except _FAILURES as exc:
+            raise self._failed("slack.bot_token", "a streamed preview", exc) from exc
         shown = to_mrkdwn(text)
         try:
             if message_id is None:
@@ -354,6 +376,50 @@ class SlackTransport:
             raise self._failed("slack.bot_token", "a preview", exc) from exc
         except _FAILURES as exc:
             raise self._failed("slack.bot_token", "a preview", exc) from exc
+
+    async def _stream(
+        self, chat_id: str, thread_id: str, text: str, message_id: str | None
+    ) -> str | None:
+        """The message id once shown through a native stream; None where the text must be
+        shown by an edit instead (no stream to append to, or the text does not continue it)."""
+        if message_id is None:
+            try:
+                started = await self.client.chat_startStream(
+                    channel=chat_id, thread_ts=thread_id, markdown_text=text
+                )
+            except SlackApiError as exc:
+                if exc.response.status_code == 429:
+                    raise
+                # A workspace without AI streaming (or an older Slack): edits from now on.
+                self.native_streams = False
+                log.warning("slack.native_streams_refused", error=exc.response.get("error"))
+                return None
+            ts = str(started["ts"])
+            self._streams[ts] = text
+            while len(self._streams) > STREAMS_KEPT:
+                self._streams.popitem(last=False)
+            return ts
+        written = self._streams.get(message_id)
+        if written is None:
+            return None  # a stream this process did not start (before a restart), or ended
+        if not text.startswith(written):
+            await self._stop_stream(chat_id, message_id)
+            return None
+        if len(text) > len(written):
+            await self.client.chat_appendStream(
+                channel=chat_id, ts=message_id, markdown_text=text[len(written) :]
+            )
+            self._streams[message_id] = text
+        return message_id
+
+    async def _stop_stream(self, chat_id: str, ts: str) -> None:
+        """End a native stream (before its message is updated); nothing for another message."""
+        if self._streams.pop(ts, None) is None:
+            return
+        try:
+            await self.client.chat_stopStream(channel=chat_id, ts=ts)
+        except SlackApiError as exc:  # it may have ended on its own: the update still goes
+            log.info("slack.stop_stream_failed", error=exc.response.get("error"))
 
     async def _send_file(self, message: Outbound, data: bytes) -> None:
         """Uploaded to the chat (Slack's external upload: an upload URL, the bytes, then

@@ -48,6 +48,8 @@ class Posted:
     shown: str = ""
     """What the channel shows now: the text as posted, or as last updated."""
     updated_at: list[float] = field(default_factory=list)
+    streaming: bool = False
+    """Started by chat.startStream and not yet stopped."""
 
 
 class FakeSlack(AioServer):
@@ -72,6 +74,10 @@ class FakeSlack(AioServer):
         self.downloads: list[str] = []
         self.rate_limit_updates = 0
         """Answer this many chat.update calls with 429 (Retry-After: 2)."""
+        self.streams_refused = ""
+        """Set: chat.startStream answers this error (a workspace without AI streaming)."""
+        self.stream_calls: list[tuple[str, str]] = []
+        """(method, ts) of every chat.*Stream call, in order."""
         self.uploading: dict[str, dict[str, Any]] = {}
         """Files the bot asked to upload, by file id: their name, length and bytes once sent."""
         self.uploaded: list[Uploaded] = []
@@ -341,6 +347,51 @@ class FakeSlack(AioServer):
         return web.json_response(
             {"ok": True, "channel": found.channel, "ts": found.ts, "text": found.shown}
         )
+
+    def _m_chat_startStream(self, params: dict[str, Any]) -> web.Response:
+        if self.streams_refused:
+            return web.json_response({"ok": False, "error": self.streams_refused})
+        if not params.get("thread_ts"):
+            return web.json_response({"ok": False, "error": "invalid_arguments"})
+        ts = f"{int(time.time())}.{next(self._ts):06d}"
+        text = params.get("markdown_text", "")
+        self.posted.append(
+            Posted(
+                channel=params["channel"],
+                text=text,
+                thread_ts=params["thread_ts"],
+                ts=ts,
+                shown=text,
+                streaming=True,
+            )
+        )
+        self.stream_calls.append(("chat.startStream", ts))
+        return web.json_response({"ok": True, "channel": params["channel"], "ts": ts})
+
+    def _streamed(self, params: dict[str, Any], method: str) -> Posted | web.Response:
+        found = next(
+            (p for p in self.posted if (p.channel, p.ts) == (params["channel"], params["ts"])),
+            None,
+        )
+        if found is None or not found.streaming:
+            return web.json_response({"ok": False, "error": "message_not_in_streaming_state"})
+        self.stream_calls.append((method, found.ts))
+        found.shown += params.get("markdown_text", "")
+        found.updated_at.append(time.time())
+        return found
+
+    def _m_chat_appendStream(self, params: dict[str, Any]) -> web.Response:
+        found = self._streamed(params, "chat.appendStream")
+        if isinstance(found, web.Response):
+            return found
+        return web.json_response({"ok": True, "channel": found.channel, "ts": found.ts})
+
+    def _m_chat_stopStream(self, params: dict[str, Any]) -> web.Response:
+        found = self._streamed(params, "chat.stopStream")
+        if isinstance(found, web.Response):
+            return found
+        found.streaming = False
+        return web.json_response({"ok": True, "channel": found.channel, "ts": found.ts})
 
     def _m_files_getUploadURLExternal(self, params: dict[str, Any]) -> web.Response:
         file_id = f"FUP{next(self._ids)}"

@@ -4,10 +4,9 @@ two daemons never both hold, and a dead daemon's work taken over after its lease
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

@@ -153,3 +153,72 @@ async def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
     calls = [u.id for m in history for u in m.tool_uses]
     assert [r.tool_use_id for m in history for r in m.tool_results] == calls  # closed
     assert len(calls) == 1 or harness.name == "email"  # a new mail is a new conversation
+
+
+def _native_slack(tmp_path: Path) -> Config:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        json.dumps(
+            {
+                "agent": {"workspace": str(tmp_path / "ws")},
+                "state": {"path": str(tmp_path / "s.db")},
+                "slack": {"streaming": "native"},
+            }
+        )
+    )
+    return load_config(str(path), {"HOME": str(tmp_path)})
+
+
+async def test_slack_native_streams_grow_a_thread_reply_that_ends_as_the_answer(
+    tmp_path: Path,
+) -> None:
+    from rousseau.transports.slack import SlackTransport
+    from tests.transports.harness_slack import SlackHarness
+
+    harness = SlackHarness()
+    fake = harness.fake
+    transport = SlackTransport(
+        fake.app_token, fake.bot_token, base_url=fake.url + "/api/", native_streams=True
+    )
+    answer = "Here is **the** plan:\n\n" + ANSWER
+    provider = ScriptedProvider(answer, chunk=24, pace=0.12)
+    try:
+        async with serving(transport, _native_slack(tmp_path), provider, [harness.owner]):
+            asked = fake.mention("tell me a long story", user=harness.owner)
+            with anyio.fail_after(30):
+                while not any(p.thread_ts == asked["ts"] and p.shown.startswith("Here is *the*")
+                              for p in fake.posted):  # fmt: skip
+                    await anyio.sleep(0.2)
+    finally:
+        harness.close()
+    [reply] = [p for p in fake.posted if p.thread_ts == asked["ts"]]
+    methods = [m for m, ts in fake.stream_calls if ts == reply.ts]
+    assert methods[0] == "chat.startStream" and methods[-1] == "chat.stopStream"
+    assert methods.count("chat.appendStream") >= 2  # it grew by appends, a second apart
+    assert not reply.streaming
+    assert reply.shown == "Here is *the* plan:\n\n" + ANSWER  # the final update: mrkdwn
+
+
+async def test_slack_native_streams_refused_fall_back_to_edits(tmp_path: Path) -> None:
+    from rousseau.transports.slack import SlackTransport
+    from tests.transports.harness_slack import SlackHarness
+
+    harness = SlackHarness()
+    fake = harness.fake
+    fake.streams_refused = "not_allowed_token_type"
+    transport = SlackTransport(
+        fake.app_token, fake.bot_token, base_url=fake.url + "/api/", native_streams=True
+    )
+    provider = ScriptedProvider(ANSWER, chunk=24, pace=0.12)
+    try:
+        async with serving(transport, _native_slack(tmp_path), provider, [harness.owner]):
+            asked = fake.mention("tell me a long story", user=harness.owner)
+            with anyio.fail_after(30):
+                while not any(p.thread_ts == asked["ts"] and p.shown == ANSWER
+                              for p in fake.posted):  # fmt: skip
+                    await anyio.sleep(0.2)
+    finally:
+        harness.close()
+    [reply] = [p for p in fake.posted if p.thread_ts == asked["ts"]]
+    assert len(reply.updated_at) >= 2  # shown while written, by edits
+    assert fake.stream_calls == [] and transport.native_streams is False
