@@ -194,6 +194,30 @@ def test_native_drafts_show_the_answer_as_it_is_written_then_it_is_sent_once(
     assert daemon.stop() == 0
 
 
+def test_the_stop_button_of_a_draft_stops_the_turn(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,  # noqa: F811
+    llm: FakeLLMServer,  # noqa: F811
+) -> None:
+    edit_config(daemon, lambda c: c["telegram"].update(streaming="native"))
+    llm.responder = lambda r: slowly(pace=0.5)  # some 15 s of writing
+    daemon.start()
+    telegram.push("tell me a long story")
+    assert wait_until(lambda: bool(telegram.drafts), timeout=20)
+    draft = telegram.drafts[0]
+    assert draft.can_stop  # the app shows its stop button
+    pressed = time.monotonic()
+    telegram.stop_draft(draft)
+    [stopped] = telegram.wait_sent(1)
+    assert stopped.text == "Stopped." and time.monotonic() - pressed < 5
+    time.sleep(1.5)
+    assert [s.text for s in telegram.sent] == ["Stopped."]  # no answer after it
+    telegram.push("still there?")  # the session goes on
+    llm.responder = model
+    assert telegram.wait_sent(2)[-1].text.startswith("echo: still there?")
+    assert daemon.stop() == 0
+
+
 @dataclass
 class Platform:
     """A chat platform as the kill test needs it: its config section, what its direct chat

@@ -63,7 +63,9 @@ POLL_LIMIT = 20
 """Updates asked for per poll. The SDK parses a whole batch in one go on the event loop (about
 a quarter of a millisecond per update), so a full batch of 100 would hold it for 25+ ms."""
 _GROUPS = ("group", "supergroup")
-_UPDATES = ["message", "callback_query"]
+_UPDATES = ["message", "callback_query", "stopped_message_generation"]
+"""What the bot asks Telegram for; the last is a press of a draft's stop button (Bot API
+10.3, newer than the SDK: read from the update's api_kwargs)."""
 """The kinds of update asked for (by getUpdates or the webhook)."""
 _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
@@ -315,9 +317,26 @@ class TelegramTransport:
             sender_name=query.from_user.full_name or "",
         )
 
+    def _stopped(self, update: Any, stopped: Any) -> Inbound | None:
+        """The stop button of a draft, pressed: `/stop` from that private chat (the router
+        cancels the turn writing it)."""
+        chat = stopped.get("chat") if isinstance(stopped, dict) else None
+        if not isinstance(chat, dict) or not isinstance(chat.get("id"), int):
+            return None
+        return Inbound(
+            transport=self.name,
+            chat_id=str(chat["id"]),
+            sender_id=str(chat["id"]),  # drafts are for private chats only
+            message_id=f"stop:{update.update_id}",
+            text="/stop",
+        )
+
     def _normalise(self, update: Any) -> Inbound | None:
         if update.callback_query is not None:
             return self._pressed(update.callback_query)
+        stopped = update.api_kwargs.get("stopped_message_generation")
+        if stopped is not None:
+            return self._stopped(update, stopped)
         message = update.message
         if message is None or message.from_user is None or message.from_user.is_bot:
             return None  # edits, channel posts, our own and other bots' messages
@@ -482,6 +501,7 @@ class TelegramTransport:
                 draft_id=draft_id,
                 text=text,
                 message_thread_id=int(thread_id) if thread_id else None,
+                api_kwargs={"can_stop": True},  # the app's stop button: see _stopped
             )
         except RetryAfter as exc:
             raise Throttled(_seconds(exc)) from exc

@@ -63,6 +63,8 @@ class Edit:
     message_id: int
     text: str
     at: float = field(default_factory=time.time)
+    can_stop: bool = False
+    """A draft shown with the app's stop button."""
 
 
 PHOTO = b"\xff\xd8\xff\xe0" + b"\x00\x10JFIF" + bytes(range(256)) + b"\xff\xd9"
@@ -263,6 +265,18 @@ class FakeTelegram:
             },
         }
         update = {"update_id": next(self._update_ids), "callback_query": query}
+        self.deliver(update)
+        return update
+
+    def stop_draft(self, draft: Edit) -> dict[str, Any]:
+        """The user presses a draft's stop button (Bot API 10.3)."""
+        update = {
+            "update_id": next(self._update_ids),
+            "stopped_message_generation": {
+                "chat": {"id": draft.chat_id, "type": "private", "first_name": "Ann"},
+                "draft_id": draft.message_id,
+            },
+        }
         self.deliver(update)
         return update
 
@@ -548,6 +562,7 @@ class FakeTelegram:
                 chat_id=chat_id,
                 message_id=int(params["draft_id"]),
                 text=str(params.get("text") or ""),
+                can_stop=params.get("can_stop") in (True, "true", "True"),
             )
         )
         return 200, {"ok": True, "result": True}
