@@ -558,6 +558,10 @@ class TransportConfig(Section):
     progress: Literal["off", "tools"] | None = None
     """While tools run, the streamed message says what they do (`tools`); unset: in direct
     chats but not in groups."""
+    ack_reaction: str = ""
+    """A reaction put on each message the bot takes in, so the sender knows it arrived
+    before the answer starts (Telegram, Discord, Matrix: the emoji, e.g. 👀; Slack: its
+    name, e.g. eyes); empty: none."""
     agent: str | None = None
     """The agent (of `agents:`) answering this transport's chats that no route names;
     unset: `default_agent`."""

@@ -309,6 +309,11 @@ class Daemon:
             send_timeout=config.send_timeout,
             voice_hint=VOICE_HINT if config.media.transcription is None else "",
             streaming={name: _stream_settings(config, name) for name in self.transports},
+            acks={
+                name: emoji
+                for name in self.transports
+                if (emoji := getattr(getattr(config, name, None), "ack_reaction", ""))
+            },
         )
         if approvals is not None:
             approvals.notify = router.notify

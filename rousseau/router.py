@@ -155,6 +155,8 @@ class Router:
     agent_turns: dict[str, int] = field(default_factory=dict)
     """Agents whose turns running at once have a limit of their own (within
     max_concurrent_turns), so a busy group cannot take every slot from a private chat."""
+    acks: dict[str, str] = field(default_factory=dict)
+    """Per transport: the reaction put on each message taken in for a turn (a receipt)."""
     voice_hint: str = ""
     """Said once in each chat that sends audio nobody transcribes (no speech-to-text is set
     up), after the answer; empty where voice notes are transcribed."""
@@ -223,6 +225,20 @@ class Router:
             return
         if admitted.verdict is Verdict.TURN:
             self._dispatch(_Item(inbound, replay=False))
+            if inbound.transport in self.acks and self._tg is not None:
+                self._tg.start_soon(self._ack, inbound)
+
+    async def _ack(self, inbound: Inbound) -> None:
+        """The receipt reaction, where the transport has reactions (best effort: a failure
+        costs only the receipt)."""
+        react = getattr(self.transports.get(inbound.transport), "react", None)
+        if react is None:
+            return
+        try:
+            with anyio.fail_after(self.send_timeout):
+                await react(inbound, self.acks[inbound.transport])
+        except Exception as exc:
+            log.info("router.ack_failed", transport=inbound.transport, error=str(exc))
 
     def _poison(self, inbound: Inbound, exc: Exception) -> bool:
         """Count a failed intake; True once this message has failed too often to retry."""

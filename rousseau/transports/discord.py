@@ -314,6 +314,16 @@ class DiscordTransport:
         except _FAILURES as exc:
             raise self._failed("typing failed", exc) from exc
 
+    async def react(self, inbound: Inbound, emoji: str) -> None:
+        """`emoji` on the sender's message."""
+        if not inbound.message_id.isdigit():
+            return  # a button press: no message of theirs
+        channel = await self._channel(inbound.chat_id)
+        try:
+            await channel.get_partial_message(int(inbound.message_id)).add_reaction(emoji)
+        except _FAILURES as exc:
+            raise self._failed("a reaction failed", exc) from exc
+
     async def stop(self) -> None:
         self._stop.set()
 

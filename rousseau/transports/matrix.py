@@ -382,6 +382,24 @@ class MatrixTransport:
         if not isinstance(reply, nio.RoomSendResponse):
             raise await self._refused("sending", reply)
 
+    async def react(self, inbound: Inbound, emoji: str) -> None:
+        """`emoji` on the sender's event (an `m.annotation`, as clients show reactions)."""
+        if self._client is None:
+            return
+        content = {
+            "m.relates_to": {
+                "rel_type": "m.annotation",
+                "event_id": inbound.message_id,
+                "key": emoji,
+            }
+        }
+        try:
+            reply = await self._client.room_send(inbound.chat_id, "m.reaction", content)
+        except _FAILURES as exc:
+            raise self._unreachable(exc) from exc
+        if not isinstance(reply, nio.RoomSendResponse):
+            raise await self._refused("reacting", reply)
+
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         if self._client is not None:
             try:

@@ -450,6 +450,21 @@ class SlackTransport:
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         """Slack offers bots no typing indicator over Socket Mode."""
 
+    async def react(self, inbound: Inbound, emoji: str) -> None:
+        """The reaction named `emoji` (`eyes`, with or without colons) on the sender's
+        message."""
+        channel, _, ts = inbound.message_id.partition(":")
+        if channel == "button" or not ts:
+            return
+        try:
+            await self.client.reactions_add(channel=channel, timestamp=ts, name=emoji.strip(":"))
+        except SlackApiError as exc:
+            if exc.response.get("error") == "already_reacted":  # a redelivered event
+                return
+            raise self._failed("slack.bot_token", "reactions.add", exc) from exc
+        except _FAILURES as exc:
+            raise self._failed("slack.bot_token", "reactions.add", exc) from exc
+
     async def aclose(self) -> None:
         for client in (self.client, self._socket_client):
             session = getattr(client, "session", None)

@@ -492,6 +492,20 @@ class TelegramTransport:
         except TelegramError as exc:
             raise self._failed("a preview failed", exc) from exc
 
+    async def react(self, inbound: Inbound, emoji: str) -> None:
+        """`emoji` on the sender's message (one of the reactions Telegram allows)."""
+        chat, _, message = inbound.message_id.partition(":")
+        if not message.isdigit():
+            return  # a button press or a stop: no message to react to
+        try:
+            await self.bot.set_message_reaction(
+                chat_id=int(chat), message_id=int(message), reaction=emoji
+            )
+        except RetryAfter as exc:
+            raise Throttled(_seconds(exc)) from exc
+        except TelegramError as exc:
+            raise self._failed("a reaction failed", exc) from exc
+
     async def draft(self, chat_id: str, thread_id: str | None, text: str, *, draft_id: int) -> None:
         """A reply as it is written, as a native draft (`streaming: native`, private chats):
         the app animates it, and it is gone once the answer is sent."""

@@ -9,6 +9,7 @@ import datetime
 import itertools
 import json
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,8 @@ class FakeDiscord(AioServer):
         self.token = token
         self.sent: list[SentMessage] = []
         self.typing: list[str] = []
+        self.reactions: list[tuple[str, str, str]] = []
+        """Reactions the bot put: (channel, message, emoji)."""
         self.interaction_answers: list[tuple[str, dict[str, Any]]] = []
         self.identifies = 0
         self.resumes = 0
@@ -333,6 +336,9 @@ class FakeDiscord(AioServer):
         parts = path.split("/")
         if parts[0] == "channels" and len(parts) == 3 and parts[2] == "typing":
             self.typing.append(parts[1])
+            return web.Response(status=204)
+        if parts[:1] == ["channels"] and len(parts) == 7 and parts[4] == "reactions":
+            self.reactions.append((parts[1], parts[3], urllib.parse.unquote(parts[5])))
             return web.Response(status=204)
         if parts[0] == "channels" and len(parts) == 4 and parts[2] == "messages":
             return await self._edit_message(request, parts[1], parts[3])

@@ -76,6 +76,8 @@ class FakeSlack(AioServer):
         """Answer this many chat.update calls with 429 (Retry-After: 2)."""
         self.streams_refused = ""
         """Set: chat.startStream answers this error (a workspace without AI streaming)."""
+        self.reactions: list[tuple[str, str, str]] = []
+        """reactions.add calls: (channel, ts, name)."""
         self.stream_calls: list[tuple[str, str]] = []
         """(method, ts) of every chat.*Stream call, in order."""
         self.uploading: dict[str, dict[str, Any]] = {}
@@ -392,6 +394,10 @@ class FakeSlack(AioServer):
             return found
         found.streaming = False
         return web.json_response({"ok": True, "channel": found.channel, "ts": found.ts})
+
+    def _m_reactions_add(self, params: dict[str, Any]) -> web.Response:
+        self.reactions.append((params["channel"], params["timestamp"], params["name"]))
+        return web.json_response({"ok": True})
 
     def _m_files_getUploadURLExternal(self, params: dict[str, Any]) -> web.Response:
         file_id = f"FUP{next(self._ids)}"

@@ -77,6 +77,8 @@ class FakeTelegram:
         self.updates: list[dict[str, Any]] = []
         self.sent: list[Sent] = []
         self.edits: list[Edit] = []
+        self.reactions: list[tuple[int, int, str]] = []
+        """setMessageReaction calls: (chat, message, emoji)."""
         self.drafts: list[Edit] = []
         """sendMessageDraft calls: the draft id in `message_id`."""
         self.flood_edits_once: int | None = None
@@ -621,6 +623,15 @@ class FakeTelegram:
 
     def _api_answerCallbackQuery(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         self.answered.append(str(params["callback_query_id"]))
+        return 200, {"ok": True, "result": True}
+
+    def _api_setMessageReaction(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        reaction = params.get("reaction")
+        kinds = json.loads(reaction) if isinstance(reaction, str) else reaction or []
+        for kind in kinds:
+            self.reactions.append(
+                (int(params["chat_id"]), int(params["message_id"]), kind.get("emoji", ""))
+            )
         return 200, {"ok": True, "result": True}
 
     def _api_sendChatAction(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -38,6 +38,10 @@ class DiscordHarness:
             self.fake.token, api_base=self.fake.api_base, gateway_url=self.fake.gateway_url
         )
 
+    def reactions(self) -> list[tuple[str, str]]:
+        """The bot's reactions: (the message's id as the transport names it, emoji)."""
+        return [(message, emoji) for _, message, emoji in self.fake.reactions]
+
     def dm(self, text: str, *, sender: str | None = None) -> None:
         self._last = self.fake.dm(text, user_id=sender or self.owner)
 

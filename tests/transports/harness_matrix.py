@@ -129,6 +129,18 @@ class MatrixHarness:
                 raise AssertionError("the bot never joined")
             time.sleep(0.1)
 
+    def reactions(self) -> list[tuple[str, str]]:
+        """The bot's reactions in the direct chat: (the event reacted to, its key)."""
+        path = (
+            f"/_matrix/client/v3/rooms/{urllib.parse.quote(self.dm_chat)}/messages?dir=f&limit=200"
+        )
+        chunk = self.synapse.call("GET", path, token=self.alice["access_token"])["chunk"]
+        return [
+            (e["content"]["m.relates_to"]["event_id"], e["content"]["m.relates_to"]["key"])
+            for e in chunk
+            if e["type"] == "m.reaction" and e["sender"] == self.bot["user_id"]
+        ]
+
     def dm(self, text: str, *, sender: str | None = None) -> None:
         if sender == self.stranger:
             self._say(self.eve, self._stranger_room, text)

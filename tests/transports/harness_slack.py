@@ -30,6 +30,10 @@ class SlackHarness:
             self.fake.app_token, self.fake.bot_token, base_url=self.fake.url + "/api/"
         )
 
+    def reactions(self) -> list[tuple[str, str]]:
+        """The bot's reactions: (the message's id as the transport names it, name)."""
+        return [(f"{channel}:{ts}", name) for channel, ts, name in self.fake.reactions]
+
     def dm(self, text: str, *, sender: str | None = None) -> None:
         user = sender or self.owner
         channel = self.dm_chat if user == self.owner else "D0OTHER"

@@ -27,6 +27,10 @@ class TelegramHarness:
     def transport(self) -> Transport:
         return TelegramTransport(self.fake.token, base_url=self.fake.url, poll_timeout=1)
 
+    def reactions(self) -> list[tuple[str, str]]:
+        """The bot's reactions: (the message's id as the transport names it, emoji)."""
+        return [(f"{chat}:{message}", emoji) for chat, message, emoji in self.fake.reactions]
+
     def dm(self, text: str, *, sender: str | None = None) -> None:
         user = int(sender or self.owner)
         self._last = self.fake.push(text, chat_id=user, user_id=user)
