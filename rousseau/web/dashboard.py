@@ -8,6 +8,7 @@ import functools
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlencode
 
 import anyio
 import structlog
@@ -91,7 +92,6 @@ def guarded(
                     return PlainTextResponse("missing or wrong CSRF token\n", status_code=403)
             return await handler(request, login)
 
-        endpoint.guard = (kind, role)  # type: ignore[attr-defined]  # read by the route tests
         return endpoint
 
     return wrap
@@ -115,7 +115,7 @@ def _backend(request: Request) -> Backend:
 
 def back(request: Request, to: str, note: str = "") -> Response:
     """After an action: back to the page (303, so a reload does not post again)."""
-    target = f"{to}?note={note}" if note else to
+    target = f"{to}?{urlencode({'note': note})}" if note else to
     return RedirectResponse(target, status_code=303)
 
 
@@ -186,7 +186,7 @@ async def live(request: Request, login: Login) -> Response:
     async def events() -> AsyncIterator[str]:
         shown: dict[str, str] = {}
         quiet = 0.0
-        while True:
+        while _still_in(request):
             for part, context in (await _live(face, backend)).items():
                 html = page.get_template(f"_{part}.html").render(csrf=login.csrf, **context)
                 digest = hashlib.sha256(html.encode()).hexdigest()
@@ -201,6 +201,13 @@ async def live(request: Request, login: Login) -> Response:
             await anyio.sleep(LIVE_EVERY)
 
     return _stream(events())
+
+
+def _still_in(request: Request) -> bool:
+    """Whether the login behind an open event stream still holds (not logged out)."""
+    face: Face = request.app.state.face
+    assert face.logins is not None
+    return face.logins.get(request.cookies.get(COOKIE)) is not None
 
 
 def _stream(events: AsyncIterator[str]) -> Response:
@@ -282,15 +289,8 @@ async def session(request: Request, login: Login) -> Response:
     info = await store.info(session_id)
     if found is None or info is None:
         return PlainTextResponse("no such session\n", status_code=404)
-    calls = await store.tool_calls(limit=200, session_id=session_id)
-    return render(
-        request,
-        login,
-        "session.html",
-        info=info,
-        messages=[_shown(m) for m in found.messages],
-        calls=calls,
-    )
+    messages = [_shown(m) for m in found.messages]
+    return render(request, login, "session.html", info=info, messages=messages)
 
 
 def _shown(message: Any) -> dict[str, Any]:
@@ -494,6 +494,8 @@ async def chat_events(request: Request, login: Login) -> Response:
                 with anyio.move_on_after(KEEPALIVE) as idle:
                     event = await received.receive()
                 if idle.cancelled_caught:
+                    if not _still_in(request):
+                        return
                     yield ": still here\n\n"
                     continue
                 data = {"id": event.id, "text": event.text, "final": event.kind == "message"}
