@@ -221,6 +221,8 @@ class PostgresDaemonState:
         """Record an inbound, claimed by this daemon; False if it was seen before (by any
         daemon)."""
         async with self.store.transaction() as db:
+            if not ignored:  # its time is taken, and made visible, in its chat's order
+                await _chat_locked(db, inbound)
             cursor = await db.execute(
                 "INSERT INTO inbox (transport, message_id, chat_id, sender_id, thread_id, text,"
                 " is_group, mentioned, at, status, received_at, attachments, refusal, claimed_by)"
@@ -334,6 +336,8 @@ class PostgresDaemonState:
         be answered first. No other daemon can be answering one of them (it would hold the
         session); one that took one in skips it later (see `unanswered`)."""
         async with self.store.transaction() as db:
+            # A message of the chat another daemon is taking in right now is committed first.
+            await _chat_locked(db, inbound)
             cursor = await db.execute(
                 f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
                 f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
@@ -796,3 +800,12 @@ class PostgresApprovals:
             finally:
                 with anyio.CancelScope(shield=True):
                     await conn.close()
+
+
+async def _chat_locked(db: Any, inbound: Inbound) -> None:
+    """Hold the chat's lock for the rest of the transaction. Taking a message in holds it
+    from reading the clock to committing, and `earlier` holds it while it looks: a message
+    that reached another daemon first (an earlier time) is never committed after a later
+    one's turn looked for the chat's earlier messages and missed it."""
+    key = f"{inbound.transport}:{inbound.chat_id}:{inbound.thread_id or ''}"
+    await db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))

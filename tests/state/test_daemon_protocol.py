@@ -259,6 +259,44 @@ async def test_a_reply_to_a_web_page_stays_with_the_daemon_that_wrote_it(
     await pg.aclose()
 
 
+async def test_a_message_is_taken_in_and_looked_for_in_its_chats_order(
+    postgres: Postgres,
+) -> None:
+    """One daemon stalls while taking in a message (its commit late: a starved process);
+    another daemon's message of the same chat, and its look for the chat's earlier
+    messages, wait for that commit, so the later message is never answered first."""
+    import psycopg
+
+    pg, one, two = await pg_daemons(postgres)
+    async with await psycopg.AsyncConnection.connect(pg.url) as stalled:
+        async with stalled.transaction():  # what one's accept holds until it commits
+            await stalled.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("telegram:42:",)
+            )
+            done = anyio.Event()
+
+            async def take_in() -> None:
+                await two.accept(inbound(2))
+                done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(take_in)
+                await anyio.sleep(0.5)
+                assert not done.is_set()  # waits for the stalled daemon's commit
+                tg.cancel_scope.cancel()
+    assert await two.accept(inbound(2))
+    await one.accept(inbound(1))
+    async with await psycopg.AsyncConnection.connect(pg.url) as stalled:
+        async with stalled.transaction():
+            await stalled.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("telegram:42:",)
+            )
+            with anyio.move_on_after(0.5) as waited:
+                await two.earlier(inbound(3))
+            assert waited.cancelled_caught  # the look waits too
+    await pg.aclose()
+
+
 async def test_two_daemons_claim_a_cron_time_once(postgres: Postgres) -> None:
     from rousseau.state.postgres_cron import PostgresCronJobs
 
