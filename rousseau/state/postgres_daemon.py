@@ -416,6 +416,11 @@ class PostgresDaemonState:
                 f" AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
                 f" AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id < o.id"
                 f" AND (e.next_attempt_at > %(now)s OR e.claimed_by != %(me)s))"
+                # Nor does one daemon take a chat's parts while another is taking some (its
+                # rows locked and skipped here, not yet marked as its own): both would go
+                # out at once and could arrive swapped.
+                f" AND pg_try_advisory_xact_lock(hashtextextended("
+                f"'outbox:' || o.transport || ':' || o.chat_id, 0))"
                 f" ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
                 f" RETURNING {OUTBOX_COLUMNS}",
                 {

@@ -297,6 +297,28 @@ async def test_a_message_is_taken_in_and_looked_for_in_its_chats_order(
     await pg.aclose()
 
 
+async def test_a_part_never_overtakes_an_earlier_one_another_daemon_is_taking(
+    postgres: Postgres,
+) -> None:
+    """Another daemon has the chat's first part locked, in the middle of taking it (not yet
+    marked as its own): this daemon must not send the second meanwhile, or the two go out
+    at once from two daemons and may arrive swapped."""
+    import psycopg
+
+    pg, one, two = await pg_daemons(postgres)
+    await one.finish(None, [part("first"), part("second")])
+    async with await psycopg.AsyncConnection.connect(pg.url) as other:
+        async with other.transaction():  # a third daemon's `due`, before it commits
+            await other.execute(
+                "SELECT id FROM outbox WHERE text = 'first'"
+                " AND pg_try_advisory_xact_lock(hashtextextended('outbox:telegram:42', 0))"
+                " FOR UPDATE"
+            )
+            assert await two.due("telegram") == []
+    assert [r.message.text for r in await two.due("telegram")] == ["first", "second"]
+    await pg.aclose()
+
+
 async def test_two_daemons_claim_a_cron_time_once(postgres: Postgres) -> None:
     from rousseau.state.postgres_cron import PostgresCronJobs
 
