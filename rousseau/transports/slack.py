@@ -353,14 +353,7 @@ class SlackTransport:
                 streamed = await self._stream(chat_id, thread_id, text, message_id)
                 if streamed is not None:
                     return streamed
-        except SlackApiError as exc:
-            if exc.response.status_code == 429:
-                raise Throttled(float(exc.response.headers.get("Retry-After", 1))) from exc
-            raise self._failed("slack.bot_token", "a streamed preview", exc) from exc
-        except _FAILURES as exc:
-            raise self._failed("slack.bot_token", "a streamed preview", exc) from exc
-        shown = to_mrkdwn(text)
-        try:
+            shown = to_mrkdwn(text)
             if message_id is None:
                 if thread_id:
                     self._remember_thread(chat_id, thread_id)
