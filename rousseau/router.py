@@ -44,7 +44,7 @@ from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import SessionStore, Store
 from rousseau.state.daemon_state import DaemonState, Progress, TransportState
-from rousseau.state.protocol import DaemonStore, KeyValue, SharedState
+from rousseau.state.protocol import DaemonStore, SharedState
 from rousseau.state.store import StoreFullError
 from rousseau.streaming import (
     INTERVAL,
@@ -57,6 +57,7 @@ from rousseau.streaming import (
 )
 from rousseau.transports.base import (
     Inbound,
+    KeyValue,
     Outbound,
     OutgoingFiles,
     Transport,

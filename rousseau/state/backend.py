@@ -13,11 +13,12 @@ import anyio
 from rousseau.config import Config
 from rousseau.cron.jobs import CronJobs, Jobs
 from rousseau.state.daemon_state import DaemonState, TransportState
-from rousseau.state.protocol import DaemonStore, KeyValue, SessionStore
+from rousseau.state.protocol import DaemonStore, SessionStore
 from rousseau.state.store import Store
 
 if TYPE_CHECKING:
     from rousseau.state.postgres_daemon import PostgresDaemonState
+    from rousseau.transports.base import KeyValue
 
 CLOSE_TIMEOUT = 5.0
 

@@ -132,14 +132,6 @@ class SessionStore(MessageLog, AuditLog, Protocol):
     async def aclose(self) -> None: ...
 
 
-class KeyValue(Protocol):
-    """A transport's own durable state (login tokens, sync positions)."""
-
-    async def get(self, key: str) -> str | None: ...
-
-    async def set(self, key: str, value: str) -> None: ...
-
-
 class DaemonStore(Protocol):
     """The daemon's inbox, outbox, chat map and pairing (DaemonState on SQLite,
     PostgresDaemonState on PostgreSQL)."""
