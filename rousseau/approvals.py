@@ -239,16 +239,12 @@ class ChatApprovals:
     def decide(self, code: str, allow: bool, who: str) -> bool:
         """Settle a request of this daemon for someone already trusted as the owner (the
         web dashboard's login); False if nothing waits under that code."""
-        pending = self.pending.get(code.upper())
-        if pending is None or pending.done.is_set():
-            return False
-        self._decide(code.upper(), allow, who, trusted=True)
-        return True
+        return self._decide(code.upper(), allow, who, trusted=True)
 
-    def _decide(self, code: str, allow: bool, who: str, *, trusted: bool = False) -> None:
+    def _decide(self, code: str, allow: bool, who: str, *, trusted: bool = False) -> bool:
         pending = self.pending.get(code)
         if pending is None or pending.done.is_set() or not (trusted or who in pending.owners):
-            return
+            return False
         pending.decision = (
             Decision.allowed(by=f"owner {who}", digest=pending.digest)
             if allow
@@ -256,6 +252,7 @@ class ChatApprovals:
         )
         pending.done.set()
         log.info("approvals.answered", code=code, allow=allow, by=who)
+        return True
 
 
 # -- what the owner reads ----------------------------------------------------------------
