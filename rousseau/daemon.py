@@ -589,9 +589,4 @@ def _stream_settings(config: Config, name: str) -> StreamSettings:
     section = getattr(config, name, None)
     if section is None or not hasattr(section, "streaming"):
         return StreamSettings()
-    return StreamSettings(
-        streaming=section.streaming,
-        progress=section.progress,
-        # Slack renders a native stream's Markdown itself, appended as written
-        raw=name == "slack" and section.streaming == "native",
-    )
+    return StreamSettings(streaming=section.streaming, progress=section.progress)

@@ -47,7 +47,6 @@ from rousseau.state.daemon_state import DaemonState, Progress, TransportState
 from rousseau.state.protocol import DaemonStore, SharedState
 from rousseau.state.store import StoreFullError
 from rousseau.streaming import (
-    INTERVAL,
     LEFTOVER,
     Drafts,
     Preview,
@@ -452,10 +451,9 @@ class Router:
         messages an earlier try of the turn was shown in)."""
         settings = self.streaming.get(inbound.transport)
         transport = self.transports.get(inbound.transport)
-        edits = edits_of(transport, settings)
-        if edits is None:
+        if settings is None or (edits := edits_of(transport, settings)) is None:
             return None
-        native = settings is not None and settings.streaming == "native"
+        native = settings.streaming == "native"
         drafts = transport if native and isinstance(transport, Drafts) else None
         return Preview(
             transport=edits,
@@ -465,8 +463,8 @@ class Router:
             keep=functools.partial(self.state.shown_preview, inbound),
             drafts=drafts if drafts is not None and not inbound.is_group else None,
             draft_id=zlib.crc32(inbound.message_id.encode()) or 1,
-            interval=settings.interval if settings is not None else INTERVAL,
-            raw=settings is not None and settings.raw,
+            interval=settings.interval,
+            raw=getattr(transport, "raw_previews", False),
         )
 
     async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:

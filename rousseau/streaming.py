@@ -73,9 +73,6 @@ class StreamSettings:
     interval: float = INTERVAL
     """Seconds between two updates of a preview (a web page takes them faster than a
     platform's rate limits allow)."""
-    raw: bool = False
-    """Previews carry the text as written, with no fence closed and no mark after it: for
-    a page or an API that renders (or streams) the text itself."""
 
     def shows_progress(self, is_group: bool) -> bool:
         if self.progress is None:
@@ -136,7 +133,9 @@ class Preview:
     draft_id: int = 1
     interval: float = INTERVAL
     raw: bool = False
-    """Show the text as written (see StreamSettings.raw)."""
+    """Show the text as written, with no fence closed and no mark after it: for a
+    transport that renders (or streams) the text itself, which says so with a true
+    `raw_previews`."""
     clock: Callable[[], float] = time.monotonic
     _text: str = ""
     _status: str = ""

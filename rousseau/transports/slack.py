@@ -117,6 +117,9 @@ class SlackTransport:
         self.native_streams = native_streams
         """Stream replies in threads with Slack's own streaming methods (chat.startStream,
         appendStream, stopStream: `streaming: native`), where the workspace allows them."""
+        self.raw_previews = native_streams
+        """Previews carry the text as written: a native stream's Markdown is Slack's to
+        render."""
         self._streams: OrderedDict[str, str] = OrderedDict()
         """Messages being streamed natively (by ts), with the text appended so far."""
 

@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["CHOOSE_AGENT", "STREAMING", "Face", "check_installed", "face", "serve"]
 
 STREAMING = {
-    "web": StreamSettings(progress="tools", interval=0.25, raw=True),
-    "api": StreamSettings(progress="off", interval=0.25, raw=True),
+    "web": StreamSettings(progress="tools", interval=0.25),
+    "api": StreamSettings(progress="off", interval=0.25),
 }
-"""How replies stream to a web page and to an API call: the text as written, four updates a
-second (the page shows tool progress too)."""
+"""How replies stream to a web page and to an API call: four updates a second (the page
+shows tool progress too)."""
 CHOOSE_AGENT = frozenset({"api"})
 """Transports whose messages name their agent (the API: the model asked for)."""
 CONNECTIONS = 64

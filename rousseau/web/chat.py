@@ -55,6 +55,8 @@ class WebChat:
     """Where daemons share the state, every daemon serves its own pages and calls..."""
     replies_stay = True
     """...and sends their replies itself: the page waiting for one is connected here."""
+    raw_previews = True
+    """Previews carry the text as written: the page (or API caller) renders it."""
 
     def __init__(self, name: str = "web", max_length: int = 100_000) -> None:
         self.name = name
