@@ -64,9 +64,8 @@ POLL_LIMIT = 20
 a quarter of a millisecond per update), so a full batch of 100 would hold it for 25+ ms."""
 _GROUPS = ("group", "supergroup")
 _UPDATES = ["message", "callback_query", "stopped_message_generation"]
-"""What the bot asks Telegram for; the last is a press of a draft's stop button (Bot API
-10.3, newer than the SDK: read from the update's api_kwargs)."""
-"""The kinds of update asked for (by getUpdates or the webhook)."""
+"""The kinds of update asked for, by getUpdates or the webhook; the last is a press of a
+draft's stop button (Bot API 10.3, newer than the SDK: read from the update's api_kwargs)."""
 _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
 
@@ -227,16 +226,11 @@ class TelegramTransport:
         except Exception:  # a malformed update is skipped, never retried forever
             log.exception("telegram.bad_update", update=update_id)
             return web.Response(text="skipped")
-        inbound = self._inbound(update_id, update)
         try:
-            if inbound is not None:
-                inbound = await self._with_files(inbound, update)
-                await handler(inbound)  # persisted: now it may be acknowledged
+            await self._take(update_id, update, handler)
         except Exception as exc:  # not persisted (stopping, or the store failed)
             log.info("telegram.webhook_retry", update=update_id, error=type(exc).__name__)
             return web.Response(status=503)
-        if update is not None and update.callback_query is not None:
-            await self._answered(update.callback_query)
         return web.Response(text="ok")
 
     async def _poll(self, handler: InboundHandler) -> None:
@@ -260,13 +254,19 @@ class TelegramTransport:
             updates = self._parse_each()
         self._connected = True
         for update_id, update in updates:
-            inbound = self._inbound(update_id, update)
-            if inbound is not None:
-                inbound = await self._with_files(inbound, update)
-                await handler(inbound)  # persisted: now it may be acknowledged
-            if update is not None and update.callback_query is not None:
-                await self._answered(update.callback_query)
+            await self._take(update_id, update, handler)
             self._offset = update_id + 1
+
+    async def _take(self, update_id: int, update: Any, handler: InboundHandler) -> None:
+        """One update, polled or posted: its message handed over (with its files) and
+        persisted, then a pressed button's spinner stopped; raises if it was not persisted
+        (it must not be acknowledged)."""
+        inbound = self._inbound(update_id, update)
+        if inbound is not None:
+            inbound = await self._with_files(inbound, update)
+            await handler(inbound)  # persisted: now it may be acknowledged
+        if update is not None and update.callback_query is not None:
+            await self._answered(update.callback_query)
 
     def _parse_each(self) -> list[tuple[int, Any]]:
         """The last batch, each update parsed on its own; one that cannot be is kept as None
