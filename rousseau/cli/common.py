@@ -76,12 +76,17 @@ def on_state(
 ) -> T:
     """`use` the configured state (SQLite's file or PostgreSQL), opened for this command
     alone and closed after it."""
+    return with_state(config or load(args), use)
+
+
+def with_state(config: Config, use: Callable[[Backend], Awaitable[T]]) -> T:
+    """`on_state` for a config already loaded."""
     import anyio
 
     from rousseau.state.backend import open_backend
 
     async def main() -> T:
-        backend = await open_backend(config or load(args), daemon=False)
+        backend = await open_backend(config, daemon=False)
         try:
             return await use(backend)
         finally:

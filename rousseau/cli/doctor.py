@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rousseau.agents import DEFAULT_AGENT
-from rousseau.cli.common import close_provider, load
+from rousseau.cli.common import close_provider, load, with_state
 
 if TYPE_CHECKING:
     from rousseau.config import Config
+    from rousseau.state.backend import Backend
 
 
 # What a sender id looks like where a platform's ids have one shape (the allowlist holds
@@ -301,24 +302,17 @@ def _doctor_store(config: Config, report: Report) -> None:
 
 def _doctor_postgres(config: Config, report: Report) -> None:
     """The shared store reachable, its schema up to date, and how many daemons beat."""
-    import anyio
-
     from rousseau.agent import RousseauError
-    from rousseau.state.backend import open_backend
     from rousseau.state.postgres_daemon import PostgresDaemonState
 
-    async def reach() -> str:
-        backend = await open_backend(config, daemon=False)
-        try:
-            count, _ = await backend.store.totals()
-            assert isinstance(backend.state, PostgresDaemonState)
-            daemons = await backend.state.daemons()
-        finally:
-            await backend.aclose()
+    async def reach(backend: Backend) -> str:
+        count, _ = await backend.store.totals()
+        assert isinstance(backend.state, PostgresDaemonState)
+        daemons = await backend.state.daemons()
         return f"PostgreSQL reachable: {count} sessions, {len(daemons)} daemon(s) beating"
 
     try:
-        report(True, "store", anyio.run(reach))
+        report(True, "store", with_state(config, reach))
     except RousseauError as exc:
         report(False, "store", str(exc))
 
