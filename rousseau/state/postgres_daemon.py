@@ -147,16 +147,9 @@ class PostgresDaemonState:
         """Wait until this daemon is the one that polls `transport` (elected by an advisory
         lock on a connection of its own, which the server frees the moment this daemon dies
         or the connection breaks); hold it until leaving."""
-        import psycopg
-
         key = "poller:" + transport
         while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self.store.url, autocommit=True)
-            except psycopg.Error as exc:
-                log.warning("cluster.poller_connect_failed", transport=transport, error=str(exc))
-                await anyio.sleep(ELECTION_POLL)
-                continue
+            conn = await _own_connection(self.store, key)
             try:
                 # Polled: the holder is another process, which has no way to wake this one.
                 while not await _try_lock(conn, key):  # noqa: ASYNC110
@@ -700,6 +693,19 @@ class PostgresTransportState:
             )
 
 
+async def _own_connection(store: PostgresStore, purpose: str) -> Any:
+    """A connection of this daemon's own (autocommit, outside the pool), tried again every
+    ELECTION_POLL until the server takes it."""
+    import psycopg
+
+    while True:
+        try:
+            return await psycopg.AsyncConnection.connect(store.url, autocommit=True)
+        except psycopg.Error as exc:
+            log.warning("cluster.connect_failed", purpose=purpose, error=str(exc))
+            await anyio.sleep(ELECTION_POLL)
+
+
 async def _try_lock(conn: Any, key: str) -> bool:
     cursor = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
     row = await cursor.fetchone()
@@ -779,12 +785,7 @@ class PostgresApprovals:
         import psycopg
 
         while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self.store.url, autocommit=True)
-            except psycopg.Error as exc:
-                log.warning("cluster.approvals_connect_failed", error=str(exc))
-                await anyio.sleep(ELECTION_POLL)
-                continue
+            conn = await _own_connection(self.store, "approvals")
             try:
                 await conn.execute(f"LISTEN {APPROVALS_CHANNEL}")
                 # What was answered while this daemon was not listening.
