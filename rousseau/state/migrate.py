@@ -25,31 +25,33 @@ from rousseau.state.recall import words_of
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-TABLES: dict[str, tuple[str, ...]] = {
+TABLES: dict[str, str] = {
     "sessions": (
         "id, title, created_at, updated_at, message_count, summary, input_tokens,"
-        " output_tokens, cache_read_tokens, cache_write_tokens, owner, chat, agent",
+        " output_tokens, cache_read_tokens, cache_write_tokens, owner, chat, agent"
     ),
-    "messages": ("id, session_id, role, content, text, compacted, created_at",),
-    "external_sessions": ("session_id, provider, external_id",),
-    "chat_sessions": ("session_key, session_id, updated_at",),
-    "allowed_senders": ("transport, sender_id, approved_at",),
-    "transport_state": ("transport, key, value",),
+    "messages": "id, session_id, role, content, text, compacted, created_at",
+    "external_sessions": "session_id, provider, external_id",
+    "chat_sessions": "session_key, session_id, updated_at",
+    "allowed_senders": "transport, sender_id, approved_at",
+    "transport_state": "transport, key, value",
     "cron_jobs": (
         "id, name, schedule, timezone, prompt, deliver_to, enabled, misfire, created_at,"
-        " updated_at, last_run_at, last_status, next_run_at, agent",
+        " updated_at, last_run_at, last_status, next_run_at, agent"
     ),
-    "cron_runs": ("id, job_id, scheduled_at, started_at, finished_at, status, error, session_id",),
+    "cron_runs": "id, job_id, scheduled_at, started_at, finished_at, status, error, session_id",
     "tool_calls": (
         "id, session_id, tool, input_digest, decision, decided_by, reason, started_at,"
-        " duration, outcome",
+        " duration, outcome"
     ),
     "outbox": (
         "id, transport, chat_id, thread_id, reply_to, text, status, attempts, next_attempt_at,"
-        " last_error, created_at, sent_at, buttons, attachment, replaces",
+        " last_error, created_at, sent_at, buttons, attachment, replaces"
     ),
 }
 """Each table copied, with its columns (the same names on both sides)."""
+_ONLY = {"outbox": "status = 'pending'"}
+"""Rows copied (and counted) of a table not copied whole: replies sent stay behind."""
 
 _BOOLEANS = {"messages": {"compacted"}, "cron_jobs": {"enabled"}}
 _SERIAL = ("messages", "cron_jobs", "cron_runs", "tool_calls", "outbox")
@@ -85,7 +87,7 @@ async def migrate_state(source: Path, target: PostgresStore) -> Copied:
             row = await cursor.fetchone()
             if row and row[0]:
                 raise StoreError("the PostgreSQL store is not empty: migrate into a new database")
-            for table, (columns,) in TABLES.items():
+            for table, columns in TABLES.items():
                 await _copy(db, pg, table, columns)
             for table in _SERIAL:
                 await pg.execute(
@@ -95,7 +97,7 @@ async def migrate_state(source: Path, target: PostgresStore) -> Copied:
         copied = Copied()
         async with target.transaction() as pg:
             for table in TABLES:
-                where = " WHERE status = 'pending'" if table == "outbox" else ""
+                where = f" WHERE {_ONLY[table]}" if table in _ONLY else ""
                 (mine,) = db.execute(f"SELECT count(*) FROM {table}{where}").fetchone()
                 cursor = await pg.execute(f"SELECT count(*) FROM {table}{where}")
                 theirs = await cursor.fetchone()
@@ -106,14 +108,13 @@ async def migrate_state(source: Path, target: PostgresStore) -> Copied:
 async def _copy(db: sqlite3.Connection, pg: AsyncConnection[Any], table: str, columns: str) -> None:
     names = [c.strip() for c in columns.split(",")]
     booleans = _BOOLEANS.get(table, set())
-    where = " WHERE status = 'pending'" if table == "outbox" else ""  # sent ones stay behind
     extra = ", words" if table == "messages" else ""
     values = ", ".join(["%s"] * len(names)) + (", to_tsvector('simple', %s)" if extra else "")
     insert = f"INSERT INTO {table} ({columns}{extra}) VALUES ({values})"
     rows = (
         sqlite_utils.Database(db)
         .table(table)
-        .rows_where(where[len(" WHERE ") :] or None, select=columns, order_by="rowid")
+        .rows_where(_ONLY.get(table), select=columns, order_by="rowid")
     )
     while batch := list(itertools.islice(rows, _BATCH)):
         prepared = []
