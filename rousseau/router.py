@@ -48,9 +48,9 @@ from rousseau.state.protocol import DaemonStore, SharedState
 from rousseau.state.store import StoreFullError
 from rousseau.streaming import (
     LEFTOVER,
-    Drafts,
     Preview,
     StreamSettings,
+    drafts_of,
     edits_of,
     status_line,
 )
@@ -454,7 +454,7 @@ class Router:
         if settings is None or (edits := edits_of(transport, settings)) is None:
             return None
         native = settings.streaming == "native"
-        drafts = transport if native and isinstance(transport, Drafts) else None
+        drafts = drafts_of(transport) if native else None
         return Preview(
             transport=edits,
             chat_id=inbound.chat_id,

@@ -46,6 +46,7 @@ from rousseau.agent.protocols import (
     ToolCall,
     ToolHandler,
     ToolOutput,
+    streams,
 )
 from rousseau.agent.types import (
     Attachment,
@@ -124,4 +125,5 @@ __all__ = [
     "Usage",
     "default_rules",
     "input_digest",
+    "streams",
 ]

@@ -33,10 +33,10 @@ from rousseau.agent.protocols import (
     Provider,
     RecallProvider,
     SkillsProvider,
-    StreamingProvider,
     ToolBox,
     ToolCall,
     ToolCallRecord,
+    streams,
 )
 from rousseau.agent.repair import repair_history
 from rousseau.agent.types import (
@@ -197,7 +197,7 @@ class Agent:
 
     async def _complete(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         provider = self.provider
-        if isinstance(provider, StreamingProvider):
+        if streams(provider):
             seen = False
             async with aclosing(provider.stream(request)) as stream:
                 async for event in stream:

@@ -13,7 +13,7 @@ from rousseau.agent import (
     Request,
     Response,
     StreamEvent,
-    StreamingProvider,
+    streams,
 )
 
 log = structlog.get_logger("rousseau.providers")
@@ -45,7 +45,7 @@ class FallbackProvider:
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         for provider, last in self._order():
             try:
-                if isinstance(provider, StreamingProvider):
+                if streams(provider):
                     async with aclosing(provider.stream(request)) as stream:
                         async for event in stream:
                             yield event

@@ -12,7 +12,7 @@ from contextlib import aclosing
 
 import anyio
 
-from rousseau.agent import Provider, Request, Response, StreamEvent, StreamingProvider
+from rousseau.agent import Provider, Request, Response, StreamEvent, streams
 
 
 class LazyProvider:
@@ -55,7 +55,7 @@ class LazyProvider:
 
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         provider = await self.get()
-        if isinstance(provider, StreamingProvider):
+        if streams(provider):
             async with aclosing(provider.stream(request)) as events:
                 async for event in events:
                     yield event
