@@ -78,10 +78,10 @@ class Courier:
                 break
             self._busy.add(chat)
             tg.start_soon(self._send_chat, chat, chat_rows)
-        self.metrics.outbox_pending.labels(name).set(await self.state.outbox_pending((name,)))
+        pending, next_at = await self.state.waiting(name)
+        self.metrics.outbox_pending.labels(name).set(pending)
         if len(rows) == BATCH and len(self._busy) < MAX_CHATS:
             return 0.0
-        next_at = await self.state.next_due_at(name)
         return 5.0 if next_at is None else max(0.0, min(5.0, next_at - time.time()))
 
     async def _send_chat(self, chat: str, rows: list[OutboxRow]) -> None:

@@ -349,14 +349,14 @@ class DaemonState:
 
         return await self.store.call(op)
 
-    async def next_due_at(self, transport: str) -> float | None:
-        def op(db: sqlite3.Connection) -> float | None:
-            row = db.execute(
-                "SELECT min(next_attempt_at) FROM outbox WHERE status = 'pending'"
+    async def waiting(self, transport: str) -> tuple[int, float | None]:
+        def op(db: sqlite3.Connection) -> tuple[int, float | None]:
+            count, soonest = db.execute(
+                "SELECT count(*), min(next_attempt_at) FROM outbox WHERE status = 'pending'"
                 " AND transport = ?",
                 (transport,),
             ).fetchone()
-            return None if row is None or row[0] is None else float(row[0])
+            return int(count), None if soonest is None else float(soonest)
 
         return await self.store.call(op)
 

@@ -429,15 +429,17 @@ class PostgresDaemonState:
         rows.sort(key=lambda r: r[0])
         return [outbox_row(r) for r in rows]
 
-    async def next_due_at(self, transport: str) -> float | None:
+    async def waiting(self, transport: str) -> tuple[int, float | None]:
         async with self.store.transaction() as db:
             cursor = await db.execute(
-                "SELECT min(next_attempt_at) FROM outbox WHERE status = 'pending'"
+                "SELECT count(*), min(next_attempt_at) FROM outbox WHERE status = 'pending'"
                 " AND transport = %s",
                 (transport,),
             )
             row = await cursor.fetchone()
-        return None if row is None or row[0] is None else float(row[0])
+        if row is None:
+            return 0, None
+        return int(row[0]), None if row[1] is None else float(row[1])
 
     async def sent(self, row_id: int) -> None:
         """Record a part as sent, at once (see PostgresStore.urgent)."""

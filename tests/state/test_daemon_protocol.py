@@ -73,7 +73,9 @@ async def test_the_outbox_keeps_each_chats_order_and_retries(state: Any) -> None
     assert [r.message.text for r in await state.due("telegram")] == ["b1"]
     await state.sent(due[1].id)
     assert await state.due("telegram") == []
-    assert await state.next_due_at("telegram") is not None
+    pending, soonest = await state.waiting("telegram")
+    assert pending == 2 and soonest is not None and soonest <= time.time()  # a2, due now
+    assert await state.waiting("slack") == (0, None)
     assert await state.outbox_pending() == 2
     await state.retry_later(first.id, 0, "gone", give_up=True)
     assert [r.message.text for r in await state.due("telegram")] == ["a2"]
