@@ -6,6 +6,8 @@ does the same HTTP for a fraction of it. Everything above the wire stays python-
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from rousseau.agent import MissingExtraError
 
 try:
@@ -14,6 +16,8 @@ try:
     from telegram.request import BaseRequest, RequestData
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the telegram transport", "telegram") from exc
+
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 class AiohttpRequest(BaseRequest):
@@ -71,7 +75,8 @@ class AiohttpRequest(BaseRequest):
             if connect_timeout is BaseRequest.DEFAULT_NONE
             else connect_timeout
         )
-        data: aiohttp.FormData | dict[str, str] | None = None
+        data: aiohttp.FormData | bytes | None = None
+        headers = None
         if files:
             form = aiohttp.FormData()
             for name, value in (request_data.json_parameters if request_data else {}).items():
@@ -80,13 +85,18 @@ class AiohttpRequest(BaseRequest):
                 form.add_field(name, content, filename=filename, content_type=mime)
             data = form
         elif request_data is not None:
-            data = request_data.json_parameters
+            # Form-encoded as aiohttp would encode the dict, without the multipart writer it
+            # builds first to decide how (3% of a message's CPU under load).
+            data = urlencode(request_data.json_parameters).encode()
+            headers = _FORM
         timeout = aiohttp.ClientTimeout(
             sock_read=read if isinstance(read, int | float) else None,
             sock_connect=connect if isinstance(connect, int | float) else None,
         )
         try:
-            async with self._session.request(method, url, data=data, timeout=timeout) as response:
+            async with self._session.request(
+                method, url, data=data, headers=headers, timeout=timeout
+            ) as response:
                 self.last_payload = await response.read()
                 return response.status, self.last_payload
         except TimeoutError as exc:
