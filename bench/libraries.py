@@ -7,7 +7,9 @@ what the daemon does with it against the same fakes:
 - import: the seconds and resident MiB that importing it adds to a bare interpreter;
 - CPU per message: Telegram, one getUpdates that returns one message and one sendMessage;
   OpenAI, one streamed chat completion read to its end. The process's own CPU (user +
-  system) over `MESSAGES`, divided by them.
+  system) over `MESSAGES`, divided by them;
+- and, for streamed replies, the CPU of one editMessageText (`edit_cost`, which
+  `bench/router_load.py` uses).
 
 `bench/daemon.py` runs it against its fakes and prints what remains for rousseau itself.
 Run alone, it starts its own fakes:
@@ -51,19 +53,23 @@ def imported(names: list[str]) -> dict[str, float]:
     return {"import_s": time.perf_counter() - started, "import_mib": rss_mib() - rss}
 
 
-async def telegram_alone(url: str, token: str) -> float:
+def _bot(url: str, token: str) -> Any:
+    """A Bot as the daemon makes it: python-telegram-bot over aiohttp."""
     import telegram
 
     sys.path.insert(0, str(ROOT))
     from rousseau.transports.telegram_http import AiohttpRequest
 
-    bot = telegram.Bot(
+    return telegram.Bot(
         token,
         base_url=url + "/bot",
         request=AiohttpRequest(),
         get_updates_request=AiohttpRequest(connections=1, read_timeout=15),
     )
-    async with bot:
+
+
+async def telegram_alone(url: str, token: str) -> float:
+    async with _bot(url, token) as bot:
         offset: int | None = None
         started = cpu_seconds()
         for _ in range(MESSAGES):
@@ -106,15 +112,27 @@ async def openai_alone(url: str) -> float:
         return cpu_seconds() - started
 
 
+async def telegram_edits(url: str, token: str) -> float:
+    """`MESSAGES` edits of one message, each to a longer text: a streamed reply's previews."""
+    async with _bot(url, token) as bot:
+        sent = await bot.send_message(chat_id=900, text="word")
+        started = cpu_seconds()
+        for i in range(MESSAGES):
+            await bot.edit_message_text(
+                "word " * (i + 2) + "…", chat_id=900, message_id=sent.message_id
+            )
+        return cpu_seconds() - started
+
+
 def child(which: str, args: list[str]) -> None:
     import asyncio
 
     if which == "both":  # their imports together share aiohttp: the floor of a daemon
         print(json.dumps(imported([*TELEGRAM, *OPENAI])))
         return
-    if which == "telegram":
+    if which in ("telegram", "telegram-edit"):
         cost = imported(TELEGRAM)
-        cpu = asyncio.run(telegram_alone(*args))
+        cpu = asyncio.run((telegram_alone if which == "telegram" else telegram_edits)(*args))
     else:
         cost = imported(OPENAI)
         cpu = asyncio.run(openai_alone(*args))
@@ -132,20 +150,27 @@ def measure(telegram: Any, llm_url: str) -> dict[str, dict[str, float]]:
         "openai": ["openai", llm_url],
         "both": ["both"],
     }
-    out = {}
-    for name, args in runs.items():
-        done = subprocess.run(
-            [sys.executable, __file__, "--child", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{name} alone failed:\n{done.stderr[-2000:]}")
-        out[name] = json.loads(done.stdout)
-    return out
+    return {name: _child(name, args) for name, args in runs.items()}
+
+
+def edit_cost(url: str, token: str) -> float:
+    """python-telegram-bot's CPU milliseconds for one editMessageText, alone, against the
+    fake Bot API at `url`."""
+    return _child("python-telegram-bot edit", ["telegram-edit", url, token])["cpu_ms_per_msg"]
+
+
+def _child(name: str, args: list[str]) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} alone failed:\n{done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout))
 
 
 def main() -> None:
@@ -161,12 +186,14 @@ def main() -> None:
     llm.responder = lambda recorded: openai_stream(openai_completion("echo"))
     try:
         figures = measure(telegram, llm.url)
+        edit = edit_cost(telegram.url, telegram.token)
     finally:
         telegram.stop()
         llm.stop()
     for name, f in figures.items():
         cpu = f" {f['cpu_ms_per_msg']:.2f} ms CPU per message" if "cpu_ms_per_msg" in f else ""
         print(f"{name:<20} import {f['import_s']:.3f} s, +{f['import_mib']:.1f} MiB;{cpu}")
+    print(f"{'one edit':<20} {edit:.2f} ms CPU (python-telegram-bot's editMessageText alone)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Prints messages per second, p50/p99 added latency (update available -> reply rec
 Bot API) and RSS before and after. Targets on a 2-core machine: >= 300 messages/s across 100
 chats; p99 added latency < 50 ms at 100 messages/s; RSS growth < 10% over 20,000 messages;
 with a 1 s model, 100 chats sending at once all answered within 3 s. Then the daemon CPU a
-streamed reply adds (a model writing for 3 s, shown at one edit a second; target < 2 ms).
+streamed reply adds (a model writing for 3 s, shown at one edit a second; target < 2 ms),
+and how much of it python-telegram-bot's edits cost alone (bench/libraries.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import libraries  # noqa: E402
 from rousseau.agent import Request, Response, StreamEvent  # noqa: E402
 from rousseau.agent.testing import FunctionProvider, text_reply  # noqa: E402
 from rousseau.config import load_config  # noqa: E402
@@ -226,8 +228,9 @@ class PacedModel:
         yield StreamEvent.final(response)
 
 
-async def streaming_cpu(url: str, streaming: str, replies: int = REPLIES) -> float:
-    """Daemon CPU seconds for `replies` answers from the paced model, 20 chats at a time."""
+async def streaming_cpu(url: str, streaming: str, replies: int = REPLIES) -> tuple[float, int]:
+    """Daemon CPU seconds for `replies` answers from the paced model, 20 chats at a time,
+    and the edits the fake Bot API took (the 20 warm-up replies' too)."""
     tmp = Path(tempfile.mkdtemp())
     daemon, transport = bench_daemon(url, tmp, PacedModel(), ROUSSEAU_TELEGRAM_STREAMING=streaming)
     load = Load(url)
@@ -241,7 +244,7 @@ async def streaming_cpu(url: str, streaming: str, replies: int = REPLIES) -> flo
         used = time.process_time() - started
         edits = (await anyio.to_thread.run_sync(load.stats))["calls"].get("editMessageText", 0)
     print(f"  streaming {streaming}: {edits} edits for {replies + 20} replies")
-    return used
+    return used, edits
 
 
 def main() -> None:
@@ -252,11 +255,20 @@ def main() -> None:
     cpu = {}
     for mode in ("off", "edit"):
         with fake_bot_api() as url:
-            cpu[mode] = anyio.run(streaming_cpu, url, mode)
+            cpu[mode], edits = anyio.run(streaming_cpu, url, mode)
+            if mode == "edit":
+                edit_ms = libraries.edit_cost(url, TOKEN)
     added = (cpu["edit"] - cpu["off"]) / REPLIES * 1000
     print(
         f"streaming: {added:.2f} ms of daemon CPU added per streamed reply "
         f"({cpu['off'] / REPLIES * 1000:.1f} ms a reply without; target < 2 ms)"
+    )
+    # The preview's first send takes the place of the answer's; each edit is a call more.
+    per_reply = edits / (REPLIES + 20)
+    sdk = per_reply * edit_ms
+    print(
+        f"  of which python-telegram-bot's {per_reply:.1f} edits a reply, at {edit_ms:.2f} ms"
+        f" each alone: {sdk:.2f} ms; the rest (rousseau, asyncio): {added - sdk:.2f} ms"
     )
 
 
