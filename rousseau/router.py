@@ -274,7 +274,8 @@ class Router:
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = deque()
-            self._idle = anyio.Event()
+            if self._idle.is_set():  # the first queue: busy from now on
+                self._idle = anyio.Event()
             self._tg.start_soon(self._worker, key, queue)
         queue.append(item)
         self.metrics.queue_depth.set(sum(len(q) for q in self._queues.values()))
