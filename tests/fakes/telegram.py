@@ -386,6 +386,13 @@ class FakeTelegram:
                 self.push(m["text"], chat_id=m["chat_id"], user_id=m["user_id"])
             self._reply(handler, 200, {"ok": True})
             return
+        if path == "/control/pace":  # the messages one by one, `every` seconds apart
+            body = json.loads(raw)
+            threading.Thread(
+                target=self._pace, args=(body["messages"], float(body["every"])), daemon=True
+            ).start()
+            self._reply(handler, 200, {"ok": True})
+            return
         if path == "/control/latencies":
             since = int(parse_qs(handler.path.partition("?")[2]).get("since", ["0"])[0])
             latencies = [
@@ -398,6 +405,15 @@ class FakeTelegram:
         finished = sum(1 for s in self.sent if not s.shown.endswith("…"))  # not a preview
         stats = {"sent": len(self.sent), "finished": finished, "calls": dict(self.call_counts)}
         self._reply(handler, 200, stats)
+
+    def _pace(self, messages: list[dict[str, Any]], every: float) -> None:
+        """Push each message at its own time on a fixed schedule (a late one does not shift
+        the rest), as steady traffic arrives."""
+        start = time.monotonic()
+        for i, m in enumerate(messages):
+            time.sleep(max(0.0, start + i * every - time.monotonic()))
+            self.pushed_at[m["text"]] = time.time()
+            self.push(m["text"], chat_id=m["chat_id"], user_id=m["user_id"])
 
     def _params(self, handler: BaseHTTPRequestHandler, raw: bytes) -> dict[str, Any]:
         kind = handler.headers.get("content-type", "")
