@@ -119,14 +119,20 @@ async def test_start_up_objects_are_frozen_out_of_the_collector_until_the_daemon
     tmp_path: Path,
 ) -> None:
     """A full collection walking start-up's long-lived objects held the event loop 50-110 ms
-    under load: while the daemon serves they are frozen, and handed back when it stops."""
+    under load: while the daemon serves they are frozen, and handed back when it stops. Full
+    collections, which walk the sessions held in memory too, come ten times less often than
+    Python's default while it serves; the thresholds are restored when it stops."""
     import gc
 
     from rousseau.agent import Request, Response
     from rousseau.agent.testing import FunctionProvider, text_reply
+    from rousseau.daemon import FULL_COLLECTION_EVERY
+
+    thresholds = gc.get_threshold()
 
     async def answer(request: Request) -> Response:
-        return text_reply(f"frozen: {gc.get_freeze_count()}")
+        full = gc.get_threshold()[2]
+        return text_reply(f"frozen: {gc.get_freeze_count()} full: {full}")
 
     memory = MemoryTransport()
     daemon = Daemon(
@@ -145,5 +151,8 @@ async def test_start_up_objects_are_frozen_out_of_the_collector_until_the_daemon
             [out] = await memory.wait_sent(1)
         assert gc.isenabled()
         daemon.stop()
-    assert int(out.text.removeprefix("frozen: ")) > 10_000
+    frozen, full = out.text.removeprefix("frozen: ").split(" full: ")
+    assert int(frozen) > 10_000
+    assert int(full) == FULL_COLLECTION_EVERY > thresholds[2]
     assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
