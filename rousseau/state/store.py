@@ -21,6 +21,7 @@ import structlog
 from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.agents import DEFAULT_AGENT
+from rousseau.state.checkpoint import BACKSTOP_PAGES, Checkpointer
 from rousseau.state.migrations import migrate
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.worker import DBWorker, WorkerTimeout
@@ -51,6 +52,9 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the session store at {self.path}: {exc}") from exc
         self._worker.on_error = self._write_failed
+        self._checkpointer = (
+            None if self.path == ":memory:" else Checkpointer(self.path, self._worker.wrote)
+        )
         self.full = False
         """The last write failed for want of space; cleared by the next write that lands."""
 
@@ -83,6 +87,9 @@ class Store:
             if self.path != ":memory:":
                 _wal(conn)
                 conn.execute("PRAGMA synchronous = NORMAL")
+                # Checkpoints are the checkpointer's, off this connection's commits; this is
+                # the backstop should it fall behind.
+                conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
             migrate(conn)
         except BaseException:
             conn.close()
@@ -365,6 +372,8 @@ class Store:
             if self.path != ":memory:":
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+        if self._checkpointer is not None:  # not beside the final checkpoint
+            self._checkpointer.stop()
         try:
             self._worker.stop(final=checkpoint, timeout=timeout)
         except (sqlite3.Error, WorkerTimeout) as exc:

@@ -80,6 +80,8 @@ class DBWorker:
         self._pending_lock = threading.Lock()
         self._lost: OrderedDict[str, BaseException] = OrderedDict()
         self.on_error: Callable[[BaseException], None] = lambda exc: None
+        self.wrote = threading.Event()
+        """Set after each commit (see rousseau.state.checkpoint)."""
 
     # -- submitting ------------------------------------------------------------------------
 
@@ -268,8 +270,7 @@ class DBWorker:
                 _run(conn, job)
                 _done(job)
 
-    @staticmethod
-    def _commit(conn: sqlite3.Connection, batch: list[_Job]) -> None:
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         """Run writes in one transaction, each in a savepoint so one failure spares the rest.
 
         Any statement may fail (a full disk, an I/O error): SQLite may then have rolled the
@@ -299,6 +300,8 @@ class DBWorker:
             for job in batch:
                 job.error = job.error or lost
                 job.result = None
+        else:
+            self.wrote.set()
         for job in batch:
             _done(job)
 

@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+import anyio
 import pytest
 
 from rousseau.agent import Content, Message, Role, StoreError, ToolResult, ToolUse
@@ -241,3 +242,33 @@ def test_store_closes_as_a_context_manager(tmp_path: Path) -> None:
         store.append_message_sync("a", Message.user("hi"))
     with pytest.raises(StoreError, match="closed"):
         store.list_sync()
+
+
+async def test_the_log_reaches_the_main_file_without_a_commit_waiting_for_it(
+    tmp_path: Path,
+) -> None:
+    """A commit that took the WAL past 1,000 pages copied it into the main file itself, and
+    every write queued behind it waited for the disk (the tail of reply latency under load).
+    The writer now leaves that to a thread of its own, which does it a moment after writes
+    land; a commit checkpoints only as a backstop, at 10,000 pages."""
+    import os
+    import time
+
+    from rousseau.state.checkpoint import BACKSTOP_PAGES
+
+    path = tmp_path / "s.db"
+    store = Store(path)
+    try:
+        limit = store.call_sync(lambda db: db.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        assert limit == BACKSTOP_PAGES
+        before = os.path.getsize(path)
+        await store.create_session("s1")
+        # 400 KB: a hundred pages of log, far below any commit's own checkpoint.
+        await store.append_message("s1", Message.user("x" * 400_000))
+        await store.flush("s1")
+        deadline = time.monotonic() + 10
+        while os.path.getsize(path) < before + 400_000:
+            assert time.monotonic() < deadline, "the log never reached the main file"
+            await anyio.sleep(0.05)
+    finally:
+        store.close()
