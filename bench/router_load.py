@@ -3,11 +3,11 @@ process) into the router, a zero-latency model, replies back out through the out
 
 Prints messages per second, p50/p99 added latency (update available -> reply received by the
 Bot API; at 100 messages/s in bursts of 10, then evenly paced by the fake) and RSS before and
-after. Targets on a 2-core machine: >= 300 messages/s across 100
-chats; p99 added latency < 50 ms at 100 messages/s; RSS growth < 10% over 20,000 messages;
-with a 1 s model, 100 chats sending at once all answered within 3 s. Then the daemon CPU a
-streamed reply adds (a model writing for 3 s, shown at one edit a second; target < 2 ms),
-and how much of it python-telegram-bot's edits cost alone (bench/libraries.py).
+after. Targets on a 2-core machine: >= 300 messages/s across 100 chats; p99 added latency
+< 50 ms at 100 messages/s; RSS growth < 10% over 20,000 messages; with a 1 s model, 100
+chats sending at once all answered within 3 s. Then the daemon CPU a streamed reply adds (a
+model writing for 3 s, shown at one edit a second; target < 2 ms), and how much of it
+python-telegram-bot's edits cost alone (bench/libraries.py).
 """
 
 from __future__ import annotations
