@@ -3,11 +3,11 @@
 SQLite checkpoints a WAL database inside the commit that takes the log past
 `wal_autocheckpoint` pages (1,000 by default): that commit copies the log into the main file
 and waits for the disk, 15-35 ms on a plain disk, and every write queued behind it on the
-database thread waits too. Under load that was one commit in fifty and the tail of reply
-latency. Here a thread of its own, with a connection of its own, runs a passive checkpoint a
-moment after writes were committed; SQLite lets it run beside the writer, so commits only
-append to the log. The commit path keeps its own checkpoint as a backstop, at
-BACKSTOP_PAGES, should this thread fall behind or fail.
+database thread waits too. At 100 messages a second that was twenty commits in every ten
+seconds, and the tail of reply latency. Here a thread of its own, with a connection of its
+own, runs a passive checkpoint a moment after writes were committed; SQLite lets it run
+beside the writer, so commits only append to the log. The commit path keeps its own
+checkpoint as a backstop, at BACKSTOP_PAGES, should this thread fall behind or fail.
 """
 
 from __future__ import annotations
