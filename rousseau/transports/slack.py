@@ -49,9 +49,9 @@ ANSWER_ACTION = "rousseau_answer_"
 HARD_LIMIT = 40_000
 SOFT_LIMIT = 3_500  # long replies read better in several messages well before Slack's limit
 MAX_FILE_BYTES = 100_000_000
+"""What send_file may attach (Slack takes up to 1 GB; a file is held in memory to send)."""
 STREAMS_KEPT = 256
 """Native streams remembered at once (one per reply being written)."""
-"""What send_file may attach (Slack takes up to 1 GB; a file is held in memory to send)."""
 _IGNORED_SUBTYPES = frozenset(
     {
         "bot_message",
