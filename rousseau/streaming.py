@@ -230,10 +230,10 @@ class Preview:
             log.warning("streaming.update_failed", transport=self.transport.name, error=str(exc))
 
 
-def edits_of(transport: Any, settings: StreamSettings | None) -> Edits | None:
+def edits_of(transport: Any, settings: StreamSettings) -> Edits | None:
     """The transport, if replies stream into its chats. (Asked for every message: a look for
     the method costs a hundredth of `isinstance` with a protocol on Python 3.11.)"""
-    if settings is None or settings.streaming == "off":
+    if settings.streaming == "off":
         return None
     return transport if callable(getattr(transport, "preview", None)) else None
 
