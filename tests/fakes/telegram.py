@@ -382,8 +382,7 @@ class FakeTelegram:
         if path == "/control/push":
             now = time.time()
             for m in json.loads(raw)["messages"]:
-                self.pushed_at[m["text"]] = now
-                self.push(m["text"], chat_id=m["chat_id"], user_id=m["user_id"])
+                self._push_timed(m, now)
             self._reply(handler, 200, {"ok": True})
             return
         if path == "/control/pace":  # the messages one by one, `every` seconds apart
@@ -412,8 +411,12 @@ class FakeTelegram:
         start = time.monotonic()
         for i, m in enumerate(messages):
             time.sleep(max(0.0, start + i * every - time.monotonic()))
-            self.pushed_at[m["text"]] = time.time()
-            self.push(m["text"], chat_id=m["chat_id"], user_id=m["user_id"])
+            self._push_timed(m, time.time())
+
+    def _push_timed(self, m: dict[str, Any], at: float) -> None:
+        """One message of a load run, pushed `at` (what its reply's latency counts from)."""
+        self.pushed_at[m["text"]] = at
+        self.push(m["text"], chat_id=m["chat_id"], user_id=m["user_id"])
 
     def _params(self, handler: BaseHTTPRequestHandler, raw: bytes) -> dict[str, Any]:
         kind = handler.headers.get("content-type", "")
