@@ -358,3 +358,47 @@ async def test_a_stop_does_not_wait_for_replies_no_transport_here_can_send(
             assert await router.drain(grace=30.0)  # everything *it* can send is sent
     assert await DaemonState(store).outbox_pending() == 1  # and the other is kept
     store.close()
+
+
+async def test_a_stop_waits_for_a_turn_that_starts_while_it_drains(tmp_path: Path) -> None:
+    """A message taken in as the daemon stops (adopted from a dead daemon, or a submit
+    already past its check) starts a turn while the drain waits. Each new queue used to
+    replace the event the drain was waiting on, so it waited out the whole grace and
+    reported the turns unfinished, though both had answered."""
+    from rousseau.transports.base import Inbound
+
+    store = Store(tmp_path / "s.db")
+    echo = Echo()
+    release = anyio.Event()
+
+    async def held(text: str) -> None:
+        if text == "first":
+            await release.wait()
+
+    echo.before = held
+    late = Inbound(
+        transport="memory", chat_id="b", sender_id="u2", message_id="late", text="second"
+    )
+    async with running(store, FunctionProvider(echo)) as (router, transports):
+        memory = transports["memory"]
+        await memory.inject("first", chat_id="a")
+        while echo.calls != ["first"]:
+            await anyio.sleep(0.01)
+        assert await DaemonState(store).accept(late)
+        drained: list[bool] = []
+
+        async def drain() -> None:
+            drained.append(await router.drain(grace=10.0))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain)
+            await anyio.sleep(0.1)  # the drain waits
+            router.adopt([late])
+            await memory.wait_sent(1)  # "second" answered
+            release.set()
+            with anyio.fail_after(5):  # well within the grace
+                while not drained:
+                    await anyio.sleep(0.01)
+        assert drained == [True]
+        assert sorted(texts(memory)) == ["echo: first", "echo: second"]
+    store.close()
