@@ -142,7 +142,10 @@ def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
     daemon.start()
     telegram.push("please sleep")
     assert wait_until(lambda: telegram.actions, timeout=20)  # the turn runs
-    time.sleep(1.5)  # bash is sleeping
+    # The preview says bash runs (in a fresh environment the model's first answer may come
+    # seconds after the typing does), then bash is sleeping.
+    assert wait_until(lambda: telegram.visible(42)[:1] == ["⏳ running `sleep 30`…"], timeout=20)
+    time.sleep(1.0)
     asked = time.monotonic()
     telegram.push("/stop")
     assert wait_until(lambda: "Stopped." in telegram.visible(42), timeout=10)
