@@ -11,7 +11,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau.agent import Agent, Options, Request, Response
+from rousseau.agent import Agent, Message, Options, Request, Response
 from rousseau.agent.testing import FunctionProvider, ScriptedProvider, text_reply
 from rousseau.router import FAILED_REPLY, ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
@@ -243,6 +243,33 @@ async def test_evicted_sessions_reload_with_their_history() -> None:
         "3 messages",
         "5 messages",
     ]
+
+
+async def test_a_message_counts_only_its_own_session_against_the_cache_bound() -> None:
+    """Keeping the session cache within its bound looks at the session a message is for, not
+    at every cached one: counting them all at each message cost 2% of its CPU with 160 chats."""
+    looked: list[str] = []
+
+    class Watched(list[Message]):
+        def __init__(self, messages: list[Message], chat: str) -> None:
+            super().__init__(messages)
+            self.chat = chat
+
+        def __len__(self) -> int:
+            looked.append(self.chat)
+            return super().__len__()
+
+    async with running(FunctionProvider(echo)) as (router, t):
+        for sent, chat in enumerate(("a", "b", "c"), start=1):
+            inbound = await t.inject("hi", chat_id=chat)
+            await t.wait_sent(sent)
+            session = await router._session(inbound)
+            session.messages = Watched(session.messages, chat)
+        looked.clear()
+        await t.inject("again", chat_id="a")
+        [*_, out] = await t.wait_sent(4)
+    assert out.text == "echo: again"
+    assert "a" in looked and {"b", "c"}.isdisjoint(looked)
 
 
 def test_rate_limiter_keys_are_bounded() -> None:
