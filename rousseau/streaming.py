@@ -117,7 +117,8 @@ def closed(text: str) -> str:
 class Preview:
     """One turn's preview in one chat. Feed it with `write` and `status` as the turn runs,
     while `run` updates the chat in its own task; stop that task (cancel it) when the turn
-    ends: an update in flight finishes first, so every message shown is in `ids`."""
+    ends: an update in flight finishes first, so every message shown is in `ids`. Given
+    `due`, the preview asks for that task itself, when its first update is due."""
 
     transport: Edits
     chat_id: str
@@ -137,6 +138,8 @@ class Preview:
     transport that renders (or streams) the text itself, which says so with a true
     `raw_previews`."""
     clock: Callable[[], float] = time.monotonic
+    due: Callable[[float], None] | None = None
+    """Called once, with the seconds until the first update, to start `run` then."""
     _text: str = ""
     _status: str = ""
     _fresh: bool = False
@@ -166,6 +169,8 @@ class Preview:
     def _touch(self) -> None:
         if self._next_at is None:  # the first update comes one interval after the first token
             self._next_at = self.clock() + self.interval
+            if self.due is not None:
+                self.due(self.interval)
         self._changed.set()
 
     async def run(self) -> None:

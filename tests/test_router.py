@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from rousseau.agent.testing import FunctionProvider, ScriptedProvider, text_repl
 from rousseau.router import FAILED_REPLY, ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
+from rousseau.streaming import StreamSettings
 from rousseau.transports.base import MemoryTransport
 from tests.helpers import routing
 
@@ -270,6 +272,32 @@ async def test_a_message_counts_only_its_own_session_against_the_cache_bound() -
         [*_, out] = await t.wait_sent(4)
     assert out.text == "echo: again"
     assert "a" in looked and {"b", "c"}.isdisjoint(looked)
+
+
+async def test_a_fast_turn_starts_no_typing_or_preview_task() -> None:
+    """Typing and the preview start when they are due (half a second in, one interval after
+    the first token): a turn that ends before starts no task for them (one started and
+    cancelled per turn cost 2-3% of a message's CPU)."""
+    others: list[set[str]] = []
+
+    def answer(request: Request) -> Response:
+        tasks = asyncio.all_tasks()
+        others.append({t.get_name() for t in tasks})
+        return echo(request)
+
+    async def preview(chat_id: str, thread_id: str | None, text: str, **_: Any) -> str:
+        raise AssertionError("a preview is shown a second after the first token")
+
+    async with running(FunctionProvider(answer)) as (router, t):
+        router.streaming = {"memory": StreamSettings()}
+        t.preview = preview  # type: ignore[attr-defined]  # the transport streams replies
+        await t.inject("hi")
+        [out] = await t.wait_sent(1)
+    assert out.text == "echo: hi" and others
+    assert (
+        not {f"rousseau.{n}" for n in ("router.Router._typing", "streaming.Preview.run")}
+        & others[0]
+    )
 
 
 def test_rate_limiter_keys_are_bounded() -> None:
