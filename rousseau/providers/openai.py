@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from rousseau.agent import (
     Content,
+    ContentKind,
     Message,
     MissingExtraError,
     ProviderError,
@@ -18,6 +19,7 @@ from rousseau.agent import (
     Role,
     StopReason,
     StreamEvent,
+    ToolResult,
     ToolUse,
     Usage,
 )
@@ -204,9 +206,23 @@ def _refused(exc: BaseException) -> bool:
 
 
 def _messages(message: Message, media: dict[str, bytes]) -> list[dict[str, Any]]:
+    # One pass over the blocks: this runs for every message of the history at every request.
+    texts: list[str] = []
+    uses: list[ToolUse] = []
+    results: list[ToolResult] = []
+    attached = False
+    for c in message.content:
+        if c.kind is ContentKind.TEXT:
+            texts.append(c.text)
+        elif c.tool_use is not None:
+            uses.append(c.tool_use)
+        elif c.tool_result is not None:
+            results.append(c.tool_result)
+        elif c.attachment is not None:
+            attached = True
+    text = "".join(texts)
     if message.role is Role.ASSISTANT:
-        out: dict[str, Any] = {"role": "assistant", "content": message.text or None}
-        uses = message.tool_uses
+        out: dict[str, Any] = {"role": "assistant", "content": text or None}
         if uses:
             out["tool_calls"] = [
                 {
@@ -226,12 +242,12 @@ def _messages(message: Message, media: dict[str, bytes]) -> list[dict[str, Any]]
             "tool_call_id": r.tool_use_id,
             "content": f"Error: {r.content}" if r.is_error else r.content,
         }
-        for r in message.tool_results
+        for r in results
     ]
-    if message.attachments:
+    if attached:
         result.append({"role": "user", "content": _parts(message, media)})
-    elif message.text or not result:
-        result.append({"role": "user", "content": message.text})
+    elif text or not result:
+        result.append({"role": "user", "content": text})
     return result
 
 
