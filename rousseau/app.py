@@ -138,6 +138,7 @@ def build_agent(
         max_iterations=config.agent.max_iterations,
         approver=approver if approver is not None else build_approver(config, ask),
         compressor=build_compressor(config, provider),
+        history_window=config.agent.history_messages,
         history=store,
         audit=store,
         skills=Skills(config.agent.skills_dir),

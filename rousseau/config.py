@@ -317,6 +317,9 @@ class AgentConfig(Section):
     """Resource limits per command, with bwrap."""
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
     """Folding long sessions into a summary."""
+    history_messages: int = Field(default=100, ge=0)
+    """The most messages of a session the model is shown: past it, the older half are left
+    out of the requests that follow (the state file keeps them). 0: every message."""
     approver: ApproverConfig | None = None
     """The tool-call policy; unset, read and grep run and everything else is refused."""
     recall: RecallConfig = Field(default_factory=RecallConfig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
@@ -69,6 +70,9 @@ class Options:
     approver: Approver = field(default_factory=default_rules)
     """Decides every tool call. The default allows read and grep and denies the rest."""
     compressor: Compressor = field(default_factory=NoopCompressor)
+    history_window: int = 0
+    """Past this many messages, a session's older half is left out of what the model is
+    shown and of what is held in memory (the history keeps it); 0: no window."""
     skills: SkillsProvider | None = None
     recall: RecallProvider | None = None
     history: MessageLog | None = None
@@ -194,6 +198,8 @@ class Agent:
             session.checked = None  # the next turn checks the new history whole
             if self.options.history is not None:
                 await self.options.history.compact(session.id, compaction)
+        if _window(session, self.options.history_window):
+            session.checked = None
 
     async def _complete(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         provider = self.provider
@@ -255,6 +261,25 @@ class Agent:
             unattended=unattended,
             audit=self.options.audit,
         )
+
+
+def _window(session: Session, limit: int) -> bool:
+    """Past `limit` messages, keep the newer half (and a summary at the start): cut at a user
+    message with text, so no tool call loses its result. Half, not all but `limit`, so the
+    start stays put for many turns (providers cache a request's unchanged start)."""
+    messages = session.messages
+    if not limit or len(messages) <= limit:
+        return False
+    head = 1 if session.cacheable_messages else 0  # a summary stays first
+    start = max(head + 1, len(messages) - limit // 2)
+    later = range(start, len(messages))
+    earlier = range(start - 1, head, -1)
+    for i in itertools.chain(later, earlier):
+        if messages[i].role is Role.USER and not messages[i].tool_results:
+            log.info("agent.history_windowed", session=session.id, left_out=i - head)
+            session.messages = [*messages[:head], *messages[i:]]
+            return True
+    return False
 
 
 def _unchecked(session: Session) -> int:

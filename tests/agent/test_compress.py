@@ -115,3 +115,53 @@ async def test_agent_sends_cacheable_prefix_and_store_keeps_the_summary() -> Non
 async def test_invalid_settings_are_rejected() -> None:
     with pytest.raises(ValueError):
         LLMCompressor(ScriptedProvider(), trigger_messages=5, keep_recent=8)
+
+
+async def test_past_its_window_a_session_shows_the_model_its_newer_half() -> None:
+    """A daemon's chats are bounded in memory and in what each request carries: past
+    `history_window` messages, the older half are left out (the store keeps them)."""
+    provider = ScriptedProvider("ok")
+    store = Store(":memory:")
+    agent = Agent(provider, options=Options(history=store, history_window=10))
+    session = await store.create_session("s")
+    for message in chat(10):
+        await agent.append(session, message)
+    await agent.reply(session, "u10")  # 11 messages: the window is passed
+    [request] = provider.requests
+    # The cut lands on the first user message of the newer half: u6 (11 - 5 = 6).
+    assert [m.text for m in request.messages] == ["u6", "a7", "u8", "a9", "u10"]
+    assert [m.text for m in session.messages] == ["u6", "a7", "u8", "a9", "u10", "ok"]
+    stored = await store.load("s")
+    assert stored is not None and len(stored.messages) == 12
+    store.close()
+
+
+async def test_the_window_never_separates_a_tool_call_from_its_result() -> None:
+    use = ToolUse(id="t1", name="read", input={"path": "a"})
+    messages = [
+        *chat(6),
+        Message(role=Role.ASSISTANT, content=[Content.of_tool_use(use)]),
+        Message(
+            role=Role.USER,
+            content=[Content.of_tool_result(ToolResult(tool_use_id="t1", content="x"))],
+        ),
+        Message.assistant("done"),
+        Message.user("next"),
+        Message.assistant("sure"),
+        Message.user("go on"),
+    ]
+    session = Session(id="s", messages=messages)
+    agent = Agent(ScriptedProvider("ok"), options=Options(history_window=10))
+    await agent.turn(session)
+    # Half of 10 from the end of 12 is the tool result: the cut moves on to the next user text.
+    assert session.messages[0].text == "next"
+
+
+async def test_the_window_keeps_a_summary_at_the_start() -> None:
+    summary = Message.user(SUMMARY_HEADER + "earlier")
+    session = Session(id="s", messages=[summary, *chat(12)], cacheable_messages=1)
+    session.messages.append(Message.user("last"))
+    agent = Agent(ScriptedProvider("ok"), options=Options(history_window=10))
+    await agent.turn(session)
+    assert session.messages[0] is summary and session.cacheable_messages == 1
+    assert [m.text for m in session.messages[1:]] == ["u8", "a9", "u10", "a11", "last", "ok"]
