@@ -30,6 +30,10 @@ T = TypeVar("T")
 log = structlog.get_logger("rousseau.state")
 
 TITLE_LENGTH = 60
+PAGE_CACHE_KIB = 1024
+"""The writer's page cache. SQLite's default, 2 MiB, filled with pages read once (new rows,
+full-text index segments); what is read again (index interior pages) fits in less, and the
+rest comes from the system's file cache."""
 
 
 def new_session_id() -> str:
@@ -84,6 +88,7 @@ class Store:
         try:
             conn.execute("PRAGMA busy_timeout = 15000")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
             if self.path != ":memory:":
                 _wal(conn)
                 conn.execute("PRAGMA synchronous = NORMAL")
