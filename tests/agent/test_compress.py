@@ -27,6 +27,17 @@ def chat(n: int) -> list[Message]:
     return [Message.user(f"u{i}") if i % 2 == 0 else Message.assistant(f"a{i}") for i in range(n)]
 
 
+def called(use: ToolUse) -> list[Message]:
+    """A tool call and its result."""
+    return [
+        Message(role=Role.ASSISTANT, content=[Content.of_tool_use(use)]),
+        Message(
+            role=Role.USER,
+            content=[Content.of_tool_result(ToolResult(tool_use_id=use.id, content="ok"))],
+        ),
+    ]
+
+
 async def test_noop_never_compresses() -> None:
     s = Session(id="s", messages=chat(200))
     assert await NoopCompressor().compress(s) is None
@@ -65,17 +76,9 @@ async def test_cut_never_splits_a_tool_call_from_its_result() -> None:
     messages = chat(56)
     messages += [
         Message.user("run it"),
-        Message(role=Role.ASSISTANT, content=[Content.of_tool_use(ToolUse(id="t", name="bash"))]),
-        Message(
-            role=Role.USER,
-            content=[Content.of_tool_result(ToolResult(tool_use_id="t", content="ok"))],
-        ),
+        *called(ToolUse(id="t", name="bash")),
         Message.assistant("done"),
-        Message(role=Role.ASSISTANT, content=[Content.of_tool_use(ToolUse(id="u", name="x"))]),
-        Message(
-            role=Role.USER,
-            content=[Content.of_tool_result(ToolResult(tool_use_id="u", content="ok"))],
-        ),
+        *called(ToolUse(id="u", name="x")),
         Message.assistant("a"),
         Message.assistant("b"),
         Message.assistant("c"),
@@ -137,14 +140,9 @@ async def test_past_its_window_a_session_shows_the_model_its_newer_half() -> Non
 
 
 async def test_the_window_never_separates_a_tool_call_from_its_result() -> None:
-    use = ToolUse(id="t1", name="read", input={"path": "a"})
     messages = [
         *chat(6),
-        Message(role=Role.ASSISTANT, content=[Content.of_tool_use(use)]),
-        Message(
-            role=Role.USER,
-            content=[Content.of_tool_result(ToolResult(tool_use_id="t1", content="x"))],
-        ),
+        *called(ToolUse(id="t1", name="read", input={"path": "a"})),
         Message.assistant("done"),
         Message.user("next"),
         Message.assistant("sure"),
