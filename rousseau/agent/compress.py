@@ -8,7 +8,7 @@ from typing import Protocol
 import structlog
 
 from rousseau.agent.protocols import Provider
-from rousseau.agent.types import Compaction, ContentKind, Message, Request, Role, Session
+from rousseau.agent.types import Compaction, ContentKind, Message, Request, Session
 
 log = structlog.get_logger("rousseau.agent")
 
@@ -62,8 +62,7 @@ class LLMCompressor:
 
     def _cut(self, messages: list[Message]) -> int:
         for i in range(len(messages) - self.keep_recent, 0, -1):
-            m = messages[i]
-            if m.role is Role.USER and not m.tool_results:
+            if messages[i].starts_turn:
                 return i
         return 0
 

@@ -275,7 +275,7 @@ def _window(session: Session, limit: int) -> bool:
     later = range(start, len(messages))
     earlier = range(start - 1, head, -1)
     for i in itertools.chain(later, earlier):
-        if messages[i].role is Role.USER and not messages[i].tool_results:
+        if messages[i].starts_turn:
             log.info("agent.history_windowed", session=session.id, left_out=i - head)
             session.messages = [*messages[:head], *messages[i:]]
             return True

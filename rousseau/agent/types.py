@@ -208,6 +208,12 @@ class Message:
     def attachments(self) -> list[Attachment]:
         return [c.attachment for c in self.content if c.attachment is not None]
 
+    @property
+    def starts_turn(self) -> bool:
+        """A user message that says something (not only tool results): a history cut here
+        separates no tool call from its result."""
+        return self.role is Role.USER and not self.tool_results
+
 
 @dataclass(kw_only=True, slots=True)
 class Session:

@@ -177,11 +177,7 @@ def cache_breakpoints(request: Request) -> list[int]:
     if request.cacheable_messages > 0:
         points.append(min(request.cacheable_messages, len(messages)) - 1)
     turn_start = next(
-        (
-            i
-            for i in range(len(messages) - 1, -1, -1)
-            if messages[i].role is Role.USER and not messages[i].tool_results
-        ),
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i].starts_turn),
         None,
     )
     if turn_start is not None and turn_start > 0:
