@@ -3,6 +3,10 @@
 Why not anyio.to_thread: a hop through the shared pool costs more than the write itself, and a
 dedicated thread lets writes queued together share one commit (group commit), which is what
 keeps persistence cheap when many sessions are talking at once.
+
+Waking a thread costs more CPU than most of the operations it runs, so both directions are
+batched: what an event loop queues in one step reaches the thread as one hand-over, and the
+thread answers an event loop once for all it finished while more work was waiting.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
@@ -31,6 +36,8 @@ MAX_LOST = 1024
 """Failed queued writes remembered (by key) until someone asks; the oldest are forgotten."""
 DEFAULT_TIMEOUT = 60.0
 """No wait on the thread lasts longer (SQLite's own busy timeout is 15 s)."""
+ANSWER_WITHIN = 0.002
+"""While more work waits, finished calls are answered together, but none waits longer."""
 
 
 class _Job:
@@ -65,8 +72,16 @@ class DBWorker:
         *,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | list[_Job] | None] = queue.SimpleQueue()
         self._urgent: deque[_Job] = deque()
+        # An event loop's jobs not yet handed over, and the loop that will hand them over.
+        self._held: list[_Job] = []
+        self._held_lock = threading.Lock()
+        self._handing: asyncio.AbstractEventLoop | None = None
+        # The thread's own: jobs handed over and not yet taken, and answers not yet sent.
+        self._backlog: deque[_Job | None] = deque()
+        self._answers: list[tuple[asyncio.Future[Any], _Job]] = []
+        self._answers_since = 0.0
         ready: Future[sqlite3.Connection] = Future()
         self._thread = threading.Thread(
             target=self._serve, args=(connect, ready), name=name, daemon=True
@@ -97,21 +112,14 @@ class DBWorker:
         except RuntimeError:  # another anyio backend: take the portable, slower path
             return await anyio.to_thread.run_sync(lambda: self.call_sync(fn, write=write))
         future: asyncio.Future[Any] = loop.create_future()
-
-        def done(job: _Job) -> None:
-            try:
-                loop.call_soon_threadsafe(_settle, future, job)
-            except RuntimeError:  # the loop closed while the job ran: nobody is waiting
-                pass
-
-        job = _Job(fn, write, done)
+        job = _Job(fn, write, partial(self._answer, future))
         if urgent:
             if self._stopped:
                 raise RuntimeError("the database worker is stopped")
             self._urgent.append(job)
             self._jobs.put(_WAKE)
         else:
-            self._submit(job)
+            self._hold(job, loop)
         # A timer on the future, not anyio.fail_after: a cancel scope per call cost more CPU
         # than the rest of the call's round trip, and the daemon makes a dozen per message.
         expiry = loop.call_later(self.timeout, _expire, future, self.timeout)
@@ -140,7 +148,13 @@ class DBWorker:
         with self._pending_lock:
             self._pending += 1
             crowded = self._pending > MAX_PENDING
-        self._submit(_Job(fn, True, done))
+        job = _Job(fn, True, done)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another anyio backend: straight to the thread
+            self._submit(job)
+        else:
+            self._hold(job, loop)
         if crowded:
             await self.call(_nothing)
 
@@ -169,6 +183,7 @@ class DBWorker:
         """Run `fn(conn)` on the worker and block until it is done (for threads and the CLI)."""
         finished = threading.Event()
         job = _Job(fn, write, lambda _: finished.set())
+        self._hand_over()  # after what this loop queued, if called on one
         self._submit(job)
         limit = self.timeout if timeout is None else timeout
         if not finished.wait(limit):
@@ -191,6 +206,7 @@ class DBWorker:
             if final is not None:
                 self.call_sync(final, timeout=limit)
         finally:
+            self._hand_over()
             self._stopped = True
             self._jobs.put(None)
             self._thread.join(max(0.0, deadline - time.monotonic()))
@@ -198,6 +214,26 @@ class DBWorker:
     @property
     def stopped(self) -> bool:
         return self._stopped
+
+    def _hold(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
+        """Keep `job` until the loop's current step ends, then hand all it queued over."""
+        if self._stopped:
+            raise RuntimeError("the database worker is stopped")
+        with self._held_lock:
+            self._held.append(job)
+            if self._handing is loop:
+                return
+            # Another loop's hand-over may never run (that loop may have closed): this
+            # one's takes what is held, and a second is harmless.
+            self._handing = loop
+        loop.call_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        with self._held_lock:
+            jobs, self._held = self._held, []
+            self._handing = None
+        if jobs:
+            self._jobs.put(jobs)
 
     def _submit(self, job: _Job) -> None:
         if self._stopped:
@@ -226,9 +262,49 @@ class DBWorker:
         finally:
             conn.close()
 
+    def _answer(self, future: asyncio.Future[Any], job: _Job) -> None:
+        if not self._answers:
+            self._answers_since = time.monotonic()
+        self._answers.append((future, job))
+
+    def _send_answers(self) -> None:
+        """Settle the finished calls, with one wake-up of each loop they came from."""
+        answers, self._answers = self._answers, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], _Job]]] = {}
+        for future, job in answers:
+            by_loop.setdefault(future.get_loop(), []).append((future, job))
+        for loop, settled in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_each, settled)
+            except RuntimeError:  # the loop closed while the jobs ran: nobody is waiting
+                pass
+
+    def _next(self, *, block: bool) -> _Job | None:
+        """The next job handed over (raises queue.Empty when none waits and not `block`)."""
+        while not self._backlog:
+            item = self._jobs.get() if block else self._jobs.get_nowait()
+            if not isinstance(item, list):
+                return item
+            self._backlog.extend(item)
+        return self._backlog.popleft()
+
     def _serve_batch(self, conn: sqlite3.Connection) -> bool:
-        """Take the next job and the writes queued behind it; False once told to stop."""
-        job = self._jobs.get()
+        """Take the next job and the writes queued behind it; False once told to stop.
+        Answer the finished calls once nothing more waits, or the oldest waited long enough."""
+        go_on = False
+        try:
+            go_on = self._serve_next(conn)
+        finally:
+            if self._answers and (
+                not go_on
+                or (not self._backlog and self._jobs.empty())
+                or time.monotonic() - self._answers_since >= ANSWER_WITHIN
+            ):
+                self._send_answers()
+        return go_on
+
+    def _serve_next(self, conn: sqlite3.Connection) -> bool:
+        job = self._next(block=True)
         self._serve_urgent(conn)
         if job is None:
             return False
@@ -242,7 +318,7 @@ class DBWorker:
         go_on = True
         while len(batch) < _MAX_BATCH:
             try:
-                nxt = self._jobs.get_nowait()
+                nxt = self._next(block=False)
             except queue.Empty:
                 break
             if nxt is None:
@@ -363,6 +439,11 @@ def _run(conn: sqlite3.Connection, job: _Job) -> None:
 def _expire(future: asyncio.Future[Any], timeout: float) -> None:
     if not future.done():
         future.set_exception(WorkerTimeout(f"no answer from the database within {timeout:g} s"))
+
+
+def _settle_each(settled: list[tuple[asyncio.Future[Any], _Job]]) -> None:
+    for future, job in settled:
+        _settle(future, job)
 
 
 def _settle(future: asyncio.Future[Any], job: _Job) -> None:

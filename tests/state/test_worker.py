@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from contextvars import Context
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from rousseau.agent import Message, StoreError
 from rousseau.state import Store
+from rousseau.state import worker as worker_module
 from rousseau.state.store import StoreFullError
 from rousseau.state.worker import DBWorker, WorkerTimeout
 
@@ -155,4 +160,62 @@ async def test_an_urgent_write_goes_ahead_of_the_queue(tmp_path: Path) -> None:
         gate.set()
     await worker.flush()
     assert order == ["urgent", "a", "b", "c"]
+    worker.stop()
+
+
+class _CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the callbacks other threads hand it (each one wakes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.woken = 0
+
+    def call_soon_threadsafe(  # type: ignore[override]
+        self, callback: Callable[..., object], *args: Any, context: Context | None = None
+    ) -> asyncio.Handle:
+        self.woken += 1
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
+
+def test_calls_awaited_together_are_answered_with_one_wake_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # However long the thread takes (a loaded machine may stall it), it answers at once.
+    monkeypatch.setattr(worker_module, "ANSWER_WITHIN", 60.0)
+    worker = _worker(tmp_path / "w.db")
+
+    def number(i: int) -> Callable[[sqlite3.Connection], int]:
+        return lambda db: i
+
+    async def twenty() -> list[int]:
+        return await asyncio.gather(*(worker.call(number(i)) for i in range(20)))
+
+    with asyncio.Runner(loop_factory=_CountingLoop) as runner:
+        assert runner.run(twenty()) == list(range(20))
+        loop = runner.get_loop()
+        assert isinstance(loop, _CountingLoop)
+        assert loop.woken == 1
+    worker.stop()
+
+
+async def test_writes_queued_in_one_step_share_one_commit(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+    statements: list[str] = []
+    await worker.call(lambda db: db.set_trace_callback(statements.append))
+    for _ in range(10):
+        await worker.submit(_filling)
+    await worker.call(_filling, write=True)
+    assert statements.count("COMMIT") == 1
+    count = await worker.call(lambda db: db.execute("SELECT count(*) FROM blobs").fetchone()[0])
+    assert count == 11
+    worker.stop()
+
+
+async def test_what_the_loop_queued_runs_before_a_blocking_call(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+    for _ in range(3):
+        await worker.submit(_filling)
+    # Blocking the loop, so it cannot have handed the writes over to the thread yet.
+    count = worker.call_sync(lambda db: db.execute("SELECT count(*) FROM blobs").fetchone()[0])
+    assert count == 3
     worker.stop()
