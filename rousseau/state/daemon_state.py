@@ -349,12 +349,17 @@ class DaemonState:
 
         return await self.store.call(op)
 
-    async def waiting(self, transport: str) -> tuple[int, float | None]:
+    async def waiting(
+        self, transport: str, *, skip: Collection[str] = ()
+    ) -> tuple[int, float | None]:
+        busy = json.dumps(list(skip))
+
         def op(db: sqlite3.Connection) -> tuple[int, float | None]:
             count, soonest = db.execute(
-                "SELECT count(*), min(next_attempt_at) FROM outbox WHERE status = 'pending'"
-                " AND transport = ?",
-                (transport,),
+                "SELECT count(*), min(CASE WHEN chat_id NOT IN"
+                " (SELECT value FROM json_each(?2)) THEN next_attempt_at END)"
+                " FROM outbox WHERE status = 'pending' AND transport = ?1",
+                (transport, busy),
             ).fetchone()
             return int(count), None if soonest is None else float(soonest)
 

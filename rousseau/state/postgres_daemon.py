@@ -429,12 +429,14 @@ class PostgresDaemonState:
         rows.sort(key=lambda r: r[0])
         return [outbox_row(r) for r in rows]
 
-    async def waiting(self, transport: str) -> tuple[int, float | None]:
+    async def waiting(
+        self, transport: str, *, skip: Collection[str] = ()
+    ) -> tuple[int, float | None]:
         async with self.store.transaction() as db:
             cursor = await db.execute(
-                "SELECT count(*), min(next_attempt_at) FROM outbox WHERE status = 'pending'"
-                " AND transport = %s",
-                (transport,),
+                "SELECT count(*), min(next_attempt_at) FILTER (WHERE NOT (chat_id = ANY(%s)))"
+                " FROM outbox WHERE status = 'pending' AND transport = %s",
+                (list(skip), transport),
             )
             row = await cursor.fetchone()
         if row is None:

@@ -164,9 +164,11 @@ class DaemonStore(Protocol):
         self, transport: str, limit: int = 50, *, skip: Collection[str] = ()
     ) -> list[OutboxRow]: ...
 
-    async def waiting(self, transport: str) -> tuple[int, float | None]:
+    async def waiting(
+        self, transport: str, *, skip: Collection[str] = ()
+    ) -> tuple[int, float | None]:
         """How many parts of the transport are still to send, and when the soonest of them
-        may go (None with none)."""
+        outside the chats in `skip` (busy sending) may go (None with none)."""
         ...
 
     async def sent(self, row_id: int) -> None: ...

@@ -1,0 +1,124 @@
+"""The courier: how often it asks the store, and that the outbox gauge still tells the truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rousseau import delivery
+from rousseau.delivery import Courier
+from rousseau.metrics import Metrics
+from rousseau.state import Store
+from rousseau.state.daemon_state import DaemonState
+from rousseau.transports.base import MemoryTransport, Outbound
+
+pytestmark = pytest.mark.anyio
+
+
+class CountingState(DaemonState):
+    """The store's outbox, counting how often the courier asks what still waits."""
+
+    counted = 0
+
+    async def waiting(self, transport: str, *, skip: Any = ()) -> tuple[int, float | None]:
+        self.counted += 1
+        return await super().waiting(transport, skip=skip)
+
+
+async def test_a_round_that_starts_senders_leaves_the_count_to_the_next(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    state = CountingState(store)
+    transport = MemoryTransport("memory")
+    metrics = Metrics()
+    courier = Courier(transport, state, metrics=metrics)
+    # Something waited before: the gauge must come down to nothing once all is sent.
+    metrics.outbox_pending.labels("memory").set(5)
+    await state.finish(None, [Outbound(transport="memory", chat_id="c", text="part")])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(courier.run)
+        with anyio.fail_after(10):
+            await transport.wait_sent(1)
+            # The sender wakes the courier when done: a round with nothing due, which counts.
+            while metrics.registry.get_sample_value(
+                "rousseau_outbox_pending", {"transport": "memory"}
+            ):
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    # The first round found the part and started its sender; only the round after the
+    # sender was done asked what still waits.
+    assert state.counted == 1
+    store.close()
+
+
+class HeldTransport(MemoryTransport):
+    """A platform that takes its time: each send waits until released."""
+
+    def __init__(self) -> None:
+        super().__init__("memory")
+        self.release = anyio.Event()
+
+    async def send(self, message: Outbound) -> None:
+        await self.release.wait()
+        await super().send(message)
+
+
+class RoundCountingState(DaemonState):
+    rounds = 0
+
+    async def due(self, transport: str, limit: int = 50, *, skip: Any = ()) -> Any:
+        self.rounds += 1
+        return await super().due(transport, limit, skip=skip)
+
+
+async def test_the_courier_rests_while_a_send_is_on_its_way(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    state = RoundCountingState(store)
+    transport = HeldTransport()
+    courier = Courier(transport, state)
+    # Two parts of one chat: the second is due, and waits for the first to go out.
+    await state.finish(
+        None,
+        [Outbound(transport="memory", chat_id="c", text=text) for text in ("one", "two")],
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(courier.run)
+        await anyio.sleep(0.2)  # the platform is slow to take the first
+        # Meanwhile the chat is given a third part, and the courier is told.
+        await state.finish(None, [Outbound(transport="memory", chat_id="c", text="three")])
+        courier.wake()
+        await anyio.sleep(0.3)
+        rounds = state.rounds
+        transport.release.set()
+        with anyio.fail_after(10):
+            sent = await transport.wait_sent(3)
+        tg.cancel_scope.cancel()
+    assert [m.text for m in sent] == ["one", "two", "three"]
+    assert rounds <= 3, f"{rounds} looks at the outbox while one send was on its way"
+    store.close()
+
+
+async def test_with_every_place_taken_the_courier_rests_until_one_is_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(delivery, "MAX_CHATS", 1)
+    store = Store(tmp_path / "s.db")
+    state = RoundCountingState(store)
+    transport = HeldTransport()
+    courier = Courier(transport, state)
+    await state.finish(
+        None, [Outbound(transport="memory", chat_id=chat, text=chat) for chat in ("a", "b")]
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(courier.run)
+        await anyio.sleep(0.3)  # chat a holds the only place; b is due and waits for it
+        rounds = state.rounds
+        transport.release.set()
+        with anyio.fail_after(10):
+            sent = await transport.wait_sent(2)
+        tg.cancel_scope.cancel()
+    assert [m.text for m in sent] == ["a", "b"]
+    assert rounds <= 2, f"{rounds} looks at the outbox while no place was free"
+    store.close()
