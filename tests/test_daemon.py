@@ -308,3 +308,24 @@ def test_doctor_checks_the_telegram_token(daemon: Daemon, telegram: FakeTelegram
     assert bad.returncode == 1
     assert "FAIL  telegram   telegram.token: the bot token was rejected" in bad.stdout, bad.stdout
     assert "999:wrong" not in bad.stdout + bad.stderr
+
+
+def test_an_idle_daemon_lets_its_event_loop_sleep(daemon: Daemon, telegram: FakeTelegram) -> None:
+    daemon.start()
+    telegram.push("hello", chat_id=42, user_id=42)
+    telegram.wait_sent(1)
+    assert daemon.proc is not None
+    status = Path(f"/proc/{daemon.proc.pid}/task/{daemon.proc.pid}/status")
+    if not status.exists():
+        pytest.skip("needs /proc to count the event loop's wake-ups")
+
+    def woken() -> int:  # the event loop's thread: each sleep it wakes from is one switch
+        line = next(s for s in status.read_text().splitlines() if s.startswith("voluntary_"))
+        return int(line.split()[1])
+
+    time.sleep(1)
+    before = woken()
+    time.sleep(2)
+    # A wake-up or two a second (a long poll's end, a probe): not a timer forty times a
+    # second, which kept a core from resting.
+    assert woken() - before < 20
