@@ -3,7 +3,7 @@ project's fake Bot API and answered by its fake OpenAI-compatible model, both se
 127.0.0.1 by this process. Prints one table of figures against their targets:
 
 - start: from spawning `rousseau run` to its first getUpdates;
-- idle RSS, 5 s after that;
+- idle RSS, 5 s after that, and the CPU it spent from 2 to 5 s (no message yet);
 - reply latency (update pushed to sendMessage received) with a zero-latency model: median
   and p90 of 20 sequential messages in one chat, after one cold first message;
 - 50 chats at once on a 1 s model: time until all are answered;
@@ -140,6 +140,18 @@ class Daemon:
         stat = Path(f"/proc/{self.pid}/stat").read_text()
         fields = stat.rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / TICK
+
+    def cpu_seconds_fine(self) -> float:
+        """Time on a CPU of its live threads, to the nanosecond (the ticks of cpu_seconds
+        are too coarse for an idle daemon's few milliseconds a second)."""
+        self.check()
+        total = 0
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                pass
+        return total / 1e9
 
     def rss_mib(self) -> float:
         self.check()
@@ -319,7 +331,10 @@ def measure(telegram: FakeTelegram, model: Model, daemon: Daemon) -> list[Figure
     replies = Replies(telegram, daemon)
     spawned = daemon.start()
     start = wait_first_poll(telegram, daemon) - spawned
+    time.sleep(max(0.0, spawned + start + 2 - time.monotonic()))
+    idle_cpu, idle_from = daemon.cpu_seconds_fine(), time.monotonic()
     time.sleep(max(0.0, spawned + start + 5 - time.monotonic()))
+    idle_cpu = (daemon.cpu_seconds_fine() - idle_cpu) / (time.monotonic() - idle_from)
     idle_rss = daemon.rss_mib()
     cold, warm = latency(replies)
     model.delay = 1.0
@@ -331,6 +346,12 @@ def measure(telegram: FakeTelegram, model: Model, daemon: Daemon) -> list[Figure
         Figure(key="start_s", label="start to first getUpdates", value=start, unit="s", target=0.5),
         Figure(
             key="idle_rss_mib", label="idle RSS 5 s later", value=idle_rss, unit="MiB", target=64
+        ),
+        Figure(
+            key="idle_cpu_ms_per_s",
+            label="idle CPU, seconds 2 to 5 after start",
+            value=idle_cpu * 1000,
+            unit="ms/s",
         ),
         Figure(key="first_reply_ms", label="first reply (cold)", value=cold * 1000, unit="ms"),
         Figure(

@@ -15,8 +15,10 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fakes import HTTPServer
 
 _ids = itertools.count(1)
 
@@ -100,7 +102,7 @@ class FakeLLMServer:
                 route = next((f for p, f in server.routes.items() if self.path.startswith(p)), None)
                 server._send(self, route(recorded) if route else server._next(recorded))
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = HTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         # Clients that give up (timeouts, cancelled turns) reset connections: not an error.
         self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]

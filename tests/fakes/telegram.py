@@ -21,9 +21,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.parser import BytesParser
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
+
+from tests.fakes import HTTPServer
 
 BOT_ID = 777000111
 BOT_USERNAME = "rousseau_test_bot"
@@ -135,7 +137,7 @@ class FakeTelegram:
 
             do_GET = do_POST
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = HTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         # Clients drop pooled connections and cancel calls mid-request; that is not an error.
         self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
