@@ -6,7 +6,7 @@ keeps persistence cheap when many sessions are talking at once.
 
 Waking a thread costs more CPU than most of the operations it runs, so both directions are
 batched: what an event loop queues in one step reaches the thread as one hand-over, and the
-thread answers an event loop once for all it finished while more work was waiting.
+thread answers the calls of one hand-over with one wake-up of their loop.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ MAX_LOST = 1024
 DEFAULT_TIMEOUT = 60.0
 """No wait on the thread lasts longer (SQLite's own busy timeout is 15 s)."""
 ANSWER_WITHIN = 0.002
-"""While more work waits, finished calls are answered together, but none waits longer."""
+"""Finished calls of one hand-over are answered together, but none waits longer than this
+for the rest (the answers also go out before the next hand-over's work starts)."""
 
 
 class _Job:
@@ -280,8 +281,11 @@ class DBWorker:
                 pass
 
     def _next(self, *, block: bool) -> _Job | None:
-        """The next job handed over (raises queue.Empty when none waits and not `block`)."""
+        """The next job handed over (raises queue.Empty when none waits and not `block`).
+        The calls of one hand-over are answered together, before the next one's work."""
         while not self._backlog:
+            if self._answers:
+                self._send_answers()
             item = self._jobs.get() if block else self._jobs.get_nowait()
             if not isinstance(item, list):
                 return item
@@ -289,16 +293,13 @@ class DBWorker:
         return self._backlog.popleft()
 
     def _serve_batch(self, conn: sqlite3.Connection) -> bool:
-        """Take the next job and the writes queued behind it; False once told to stop.
-        Answer the finished calls once nothing more waits, or the oldest waited long enough."""
+        """Take the next job and the writes queued behind it; False once told to stop."""
         go_on = False
         try:
             go_on = self._serve_next(conn)
         finally:
             if self._answers and (
-                not go_on
-                or (not self._backlog and self._jobs.empty())
-                or time.monotonic() - self._answers_since >= ANSWER_WITHIN
+                not go_on or time.monotonic() - self._answers_since >= ANSWER_WITHIN
             ):
                 self._send_answers()
         return go_on

@@ -219,3 +219,28 @@ async def test_what_the_loop_queued_runs_before_a_blocking_call(tmp_path: Path) 
     count = worker.call_sync(lambda db: db.execute("SELECT count(*) FROM blobs").fetchone()[0])
     assert count == 3
     worker.stop()
+
+
+async def test_a_slow_job_queued_later_holds_back_no_answer(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+    gate, slow_done = threading.Event(), threading.Event()
+    quick_answered_while_slow_ran: list[bool] = []
+
+    def slow(db: sqlite3.Connection) -> None:
+        time.sleep(1)
+        slow_done.set()
+
+    async def quick() -> None:
+        await worker.call(lambda db: None)
+        quick_answered_while_slow_ran.append(not slow_done.is_set())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.call, lambda db: gate.wait(5))
+        await anyio.sleep(0.05)  # the thread is held at the gate
+        tg.start_soon(quick)
+        await anyio.sleep(0.05)  # handed over: queued behind the gate
+        tg.start_soon(worker.call, slow)
+        await anyio.sleep(0.05)  # handed over after it, on its own
+        gate.set()
+    assert quick_answered_while_slow_ran == [True]
+    worker.stop()
