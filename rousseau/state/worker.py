@@ -80,7 +80,7 @@ class DBWorker:
         self._held_lock = threading.Lock()
         self._handing: asyncio.AbstractEventLoop | None = None
         # The thread's own: jobs handed over and not yet taken, and answers not yet sent.
-        self._backlog: deque[_Job | None] = deque()
+        self._backlog: deque[_Job] = deque()
         self._answers: list[tuple[asyncio.Future[Any], _Job]] = []
         self._answers_since = 0.0
         ready: Future[sqlite3.Connection] = Future()
