@@ -434,9 +434,19 @@ class PostgresDaemonState:
     ) -> tuple[int, float | None]:
         async with self.store.transaction() as db:
             cursor = await db.execute(
-                "SELECT count(*), min(next_attempt_at) FILTER (WHERE NOT (chat_id = ANY(%s)))"
-                " FROM outbox WHERE status = 'pending' AND transport = %s",
-                (list(skip), transport),
+                f"SELECT count(*), min(next_attempt_at) FILTER (WHERE"
+                f" NOT (chat_id = ANY(%(skip)s))"
+                # Nor a part another live daemon is sending, or that waits behind one.
+                f" AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
+                f" AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id <= o.id"
+                f" AND e.claimed_by != %(me)s AND e.claimed_by IN {_LIVE}))"
+                f" FROM outbox o WHERE status = 'pending' AND transport = %(transport)s",
+                {
+                    "skip": list(skip),
+                    "me": self.id,
+                    "stale": self._stale(),
+                    "transport": transport,
+                },
             )
             row = await cursor.fetchone()
         if row is None:

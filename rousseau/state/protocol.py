@@ -168,7 +168,8 @@ class DaemonStore(Protocol):
         self, transport: str, *, skip: Collection[str] = ()
     ) -> tuple[int, float | None]:
         """How many parts of the transport are still to send, and when the soonest of them
-        outside the chats in `skip` (busy sending) may go (None with none)."""
+        that this daemon could take, outside the chats in `skip` (busy sending), may go
+        (None with none)."""
         ...
 
     async def sent(self, row_id: int) -> None: ...

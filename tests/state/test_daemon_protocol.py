@@ -227,6 +227,18 @@ async def test_two_daemons_never_take_the_same_outbox_part(postgres: Postgres) -
     await pg.aclose()
 
 
+async def test_another_daemons_sending_gives_no_time_to_look(postgres: Postgres) -> None:
+    pg, one, two = await pg_daemons(postgres)
+    await one.finish(None, [part("first", chat="A"), part("second", chat="A")])
+    await one.due("telegram", limit=1)  # `one` is sending A's first part
+    # Both parts count; neither is `two`'s to take while `one` lives (the second waits for
+    # the first), so `two` has no reason to look again soon.
+    assert await two.waiting("telegram") == (2, None)
+    pending, soonest = await one.waiting("telegram")
+    assert pending == 2 and soonest is not None and soonest <= time.time()
+    await pg.aclose()
+
+
 async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Postgres) -> None:
     pg, one, two = await pg_daemons(postgres, lease=0.5)
     await one.accept(inbound(1))
