@@ -19,9 +19,15 @@ pytestmark = pytest.mark.anyio
 
 
 class CountingState(DaemonState):
-    """The store's outbox, counting how often the courier asks what still waits."""
+    """The store's outbox, counting the courier's rounds (each asks what is due) and how
+    often it asks what still waits."""
 
+    rounds = 0
     counted = 0
+
+    async def due(self, transport: str, limit: int = 50, *, skip: Any = ()) -> Any:
+        self.rounds += 1
+        return await super().due(transport, limit, skip=skip)
 
     async def waiting(self, transport: str, *, skip: Any = ()) -> tuple[int, float | None]:
         self.counted += 1
@@ -68,17 +74,9 @@ class HeldTransport(MemoryTransport):
         await super().send(message)
 
 
-class RoundCountingState(DaemonState):
-    rounds = 0
-
-    async def due(self, transport: str, limit: int = 50, *, skip: Any = ()) -> Any:
-        self.rounds += 1
-        return await super().due(transport, limit, skip=skip)
-
-
 async def test_the_courier_rests_while_a_send_is_on_its_way(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
-    state = RoundCountingState(store)
+    state = CountingState(store)
     transport = HeldTransport()
     courier = Courier(transport, state)
     # Two parts of one chat: the second is due, and waits for the first to go out.
@@ -108,7 +106,7 @@ async def test_with_every_place_taken_the_courier_rests_until_one_is_free(
 ) -> None:
     monkeypatch.setattr(delivery, "MAX_CHATS", 1)
     store = Store(tmp_path / "s.db")
-    state = RoundCountingState(store)
+    state = CountingState(store)
     transport = HeldTransport()
     courier = Courier(transport, state)
     await state.finish(
