@@ -253,9 +253,40 @@ class TelegramTransport:
         except Exception:  # the SDK could not parse one of them: take the rest one by one
             updates = self._parse_each()
         self._connected = True
+        await self._take_all(updates, handler)
+
+    async def _take_all(self, updates: list[tuple[int, Any]], handler: InboundHandler) -> None:
+        """The updates of one poll: each chat's in order, the chats side by side, so that
+        their messages are persisted together (one commit for the poll, where one after
+        another cost a commit and a wait on the database each). The offset moves past an
+        update only once it and every update before it were taken; a chat whose update
+        failed takes no more of its updates, and the rest of the poll, taken, comes back
+        with it as duplicates (which the inbox drops)."""
+        chats: dict[int | None, list[tuple[int, Any]]] = {}
         for update_id, update in updates:
-            await self._take(update_id, update, handler)
-            self._offset = update_id + 1
+            chats.setdefault(_chat_of(update), []).append((update_id, update))
+        failed: dict[int, Exception] = {}
+
+        async def take_chat(taking: list[tuple[int, Any]]) -> None:
+            for update_id, update in taking:
+                try:
+                    await self._take(update_id, update, handler)
+                except Exception as exc:  # kept from the other chats' tasks: see above
+                    failed[update_id] = exc
+                    return
+
+        if len(chats) == 1:
+            await take_chat(updates)
+        else:
+            async with anyio.create_task_group() as tg:
+                for taking in chats.values():
+                    tg.start_soon(take_chat, taking)
+        if failed:
+            first = min(failed)
+            self._offset = first
+            raise failed[first]
+        if updates:
+            self._offset = updates[-1][0] + 1
 
     async def _take(self, update_id: int, update: Any, handler: InboundHandler) -> None:
         """One update, polled or posted: its message handed over (with its files) and
@@ -617,3 +648,15 @@ def _index(text: str, units: int) -> int:
         units -= utf16_len(text[index])
         index += 1
     return index
+
+
+def _chat_of(update: Any) -> int | None:
+    """The chat an update belongs to (None for one of no chat, or unparsed)."""
+    if update is None:
+        return None
+    chat = update.effective_chat
+    if chat is not None:
+        return int(chat.id)
+    stopped = update.api_kwargs.get("stopped_message_generation")
+    found = stopped.get("chat") if isinstance(stopped, dict) else None
+    return found.get("id") if isinstance(found, dict) and isinstance(found.get("id"), int) else None
