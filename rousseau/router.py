@@ -141,6 +141,9 @@ class _Later:
         """Start nothing more (before the task group ends: a later start would fail)."""
         for timer in self._timers:
             timer.cancel()
+        # A cancelled timer keeps the context it was made in, which may hold what holds this:
+        # let go of it, so that what the turn made is freed when it ends, not by the GC.
+        self._timers.clear()
 
 
 class _SessionCache:
@@ -561,6 +564,8 @@ class Router:
                 self._running.pop(inbound.session_key, None)
                 later.cancel()
                 tg.cancel_scope.cancel()
+                if preview is not None:
+                    preview.due = None  # it holds `later`, which may hold the preview
         if preview is not None:  # the final edit, too, keeps to one update a second
             await preview.settle()
         if stopped:  # /stop: the session keeps what was complete; nothing more is said
