@@ -256,12 +256,9 @@ class TelegramTransport:
         await self._take_all(updates, handler)
 
     async def _take_all(self, updates: list[tuple[int, Any]], handler: InboundHandler) -> None:
-        """The updates of one poll: each chat's in order, the chats side by side, so that
-        their messages are persisted together (one commit for the poll, where one after
-        another cost a commit and a wait on the database each). The offset moves past an
-        update only once it and every update before it were taken; a chat whose update
-        failed takes no more of its updates, and the rest of the poll, taken, comes back
-        with it as duplicates (which the inbox drops)."""
+        """Each chat's updates in order, the chats side by side: a poll's messages are stored
+        in one commit, not in one commit and one wait on the database each. The offset
+        passes an update only once it and every update before it were taken."""
         chats: dict[int | None, list[tuple[int, Any]]] = {}
         for update_id, update in updates:
             chats.setdefault(_chat_of(update), []).append((update_id, update))
@@ -271,9 +268,9 @@ class TelegramTransport:
             for update_id, update in taking:
                 try:
                     await self._take(update_id, update, handler)
-                except Exception as exc:  # kept from the other chats' tasks: see above
+                except Exception as exc:  # not raised here: it would cancel the other chats
                     failed[update_id] = exc
-                    return
+                    return  # this chat takes nothing after it
 
         if len(chats) == 1:
             await take_chat(updates)
@@ -281,7 +278,7 @@ class TelegramTransport:
             async with anyio.create_task_group() as tg:
                 for taking in chats.values():
                     tg.start_soon(take_chat, taking)
-        if failed:
+        if failed:  # polled again from there: what other chats took comes back as duplicates
             first = min(failed)
             self._offset = first
             raise failed[first]
