@@ -1,6 +1,6 @@
 """What a turn makes is freed when the turn ends, not left in reference cycles for the
 garbage collector: under load, a cycle per turn let the heap swell by megabytes between
-collections (and made the collector's work)."""
+collections, and gave the collector work."""
 
 from __future__ import annotations
 

@@ -68,6 +68,7 @@ async def test_the_chats_of_one_poll_are_taken_side_by_side(fake: FakeTelegram) 
             while len(taken) < 2:
                 await anyio.sleep(0.02)
     assert sorted(taken) == ["from 42", "from 43"]
+    # The next poll acknowledged both updates at once.
     assert len(fake.offsets) >= 2 and fake.offsets[1] > max(fake.offsets[0], 1)
 
 
