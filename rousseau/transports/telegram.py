@@ -63,7 +63,8 @@ POLL_LIMIT = 20
 """Updates asked for per poll. The SDK parses a whole batch in one go on the event loop (about
 a quarter of a millisecond per update), so a full batch of 100 would hold it for 25+ ms."""
 _GROUPS = ("group", "supergroup")
-_UPDATES = ["message", "callback_query", "stopped_message_generation"]
+_STOPPED = "stopped_message_generation"
+_UPDATES = ["message", "callback_query", _STOPPED]
 """The kinds of update asked for, by getUpdates or the webhook; the last is a press of a
 draft's stop button (Bot API 10.3, newer than the SDK: read from the update's api_kwargs)."""
 _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -348,13 +349,13 @@ class TelegramTransport:
     def _stopped(self, update: Any, stopped: Any) -> Inbound | None:
         """The stop button of a draft, pressed: `/stop` from that private chat (the router
         cancels the turn writing it)."""
-        chat = stopped.get("chat") if isinstance(stopped, dict) else None
-        if not isinstance(chat, dict) or not isinstance(chat.get("id"), int):
+        chat = _stopped_chat(stopped)
+        if chat is None:
             return None
         return Inbound(
             transport=self.name,
-            chat_id=str(chat["id"]),
-            sender_id=str(chat["id"]),  # drafts are for private chats only
+            chat_id=str(chat),
+            sender_id=str(chat),  # drafts are for private chats only
             message_id=f"stop:{update.update_id}",
             text="/stop",
         )
@@ -362,7 +363,7 @@ class TelegramTransport:
     def _normalise(self, update: Any) -> Inbound | None:
         if update.callback_query is not None:
             return self._pressed(update.callback_query)
-        stopped = update.api_kwargs.get("stopped_message_generation")
+        stopped = update.api_kwargs.get(_STOPPED)
         if stopped is not None:
             return self._stopped(update, stopped)
         message = update.message
@@ -654,6 +655,12 @@ def _chat_of(update: Any) -> int | None:
     chat = update.effective_chat
     if chat is not None:
         return int(chat.id)
-    stopped = update.api_kwargs.get("stopped_message_generation")
-    found = stopped.get("chat") if isinstance(stopped, dict) else None
-    return found.get("id") if isinstance(found, dict) and isinstance(found.get("id"), int) else None
+    return _stopped_chat(update.api_kwargs.get(_STOPPED))
+
+
+def _stopped_chat(stopped: Any) -> int | None:
+    """The chat of a pressed stop button (the update's `stopped_message_generation`)."""
+    chat = stopped.get("chat") if isinstance(stopped, dict) else None
+    if not isinstance(chat, dict) or not isinstance(chat.get("id"), int):
+        return None
+    return int(chat["id"])
