@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 from tests.fakes.llm import FakeLLMServer
+from tests.fakes.telegram import FakeTelegram
 from tests.helpers import unavailable
 from tests.mail.dovecot import Dovecot, dovecot_binary
 from tests.matrix.synapse import Synapse, synapse_python
@@ -63,6 +64,14 @@ def fake_llm() -> Iterator[FakeLLMServer]:
     server = FakeLLMServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def telegram() -> Iterator[FakeTelegram]:
+    """The fake Bot API (a module that needs another token or kind of fake defines its own)."""
+    fake = FakeTelegram().start()
+    yield fake
+    fake.stop()
 
 
 @pytest.fixture(scope="session")

@@ -37,13 +37,6 @@ def model(recorded: Recorded) -> Reply:
 
 
 @pytest.fixture
-def telegram() -> Iterator[FakeTelegram]:
-    fake = FakeTelegram().start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
 def llm(fake_llm: FakeLLMServer) -> FakeLLMServer:
     fake_llm.responder = model
     return fake_llm

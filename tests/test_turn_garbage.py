@@ -33,33 +33,29 @@ async def answered(fake: FakeTelegram, count: int) -> None:
 
 
 async def test_streamed_turns_leave_nothing_for_the_garbage_collector(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Quick turns, as under load: no typing task is started and cancelled (a cancelled task
     # leaves a young exception cycle, which the collector's first generation frees at once),
     # even if this machine stalls for a moment.
     monkeypatch.setattr("rousseau.router.TYPING_AFTER", 60.0)
-    fake = FakeTelegram().start()
-    transport = TelegramTransport(fake.token, base_url=fake.url, poll_timeout=1)
-    try:
-        async with serving(transport, config_in(tmp_path), FunctionProvider(echo), ["42"]):
-            fake.push("warm up")
-            await answered(fake, 1)
+    transport = TelegramTransport(telegram.token, base_url=telegram.url, poll_timeout=1)
+    async with serving(transport, config_in(tmp_path), FunctionProvider(echo), ["42"]):
+        telegram.push("warm up")
+        await answered(telegram, 1)
+        gc.collect()
+        gc.disable()
+        try:
+            for i in range(5):
+                telegram.push(f"message {i}")
+            await answered(telegram, 6)
+            await anyio.sleep(0.3)  # the turns' tasks have ended
+            gc.set_debug(gc.DEBUG_SAVEALL)
             gc.collect()
-            gc.disable()
-            try:
-                for i in range(5):
-                    fake.push(f"message {i}")
-                await answered(fake, 6)
-                await anyio.sleep(0.3)  # the turns' tasks have ended
-                gc.set_debug(gc.DEBUG_SAVEALL)
-                gc.collect()
-                left = Counter(type(o).__qualname__ for o in gc.garbage)
-            finally:
-                gc.set_debug(0)
-                gc.garbage.clear()
-                gc.enable()
-    finally:
-        fake.stop()
-    assert fake.sent[-1].text == "echo: message 4"
+            left = Counter(type(o).__qualname__ for o in gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert telegram.sent[-1].text == "echo: message 4"
     assert {name: n for name, n in left.items() if name in TURN_OBJECTS} == {}

@@ -3,8 +3,6 @@ Python's string indices (code points) part ways: after an emoji, in captions, se
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anyio
 import pytest
 
@@ -18,20 +16,13 @@ pytestmark = pytest.mark.anyio
 GROUP = {"chat_id": -100, "user_id": 42, "chat_type": "supergroup"}
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeTelegram]:
-    made = FakeTelegram().start()
-    yield made
-    made.stop()
-
-
-async def received(fake: FakeTelegram, *pushes: dict[str, object]) -> list[Inbound]:
+async def received(telegram: FakeTelegram, *pushes: dict[str, object]) -> list[Inbound]:
     """What the real transport hands over for these pushed group messages, in order."""
-    transport = TelegramTransport(fake.token, base_url=fake.url, poll_timeout=1)
+    transport = TelegramTransport(telegram.token, base_url=telegram.url, poll_timeout=1)
     try:
         async with receiving(transport) as inbound:
             for push in pushes:
-                fake.push(**{**GROUP, **push})  # type: ignore[arg-type]
+                telegram.push(**{**GROUP, **push})  # type: ignore[arg-type]
             with anyio.fail_after(20):
                 while len(inbound) < len(pushes):
                     await anyio.sleep(0.02)
@@ -40,9 +31,9 @@ async def received(fake: FakeTelegram, *pushes: dict[str, object]) -> list[Inbou
     return inbound
 
 
-async def test_an_emoji_before_the_mention_is_a_mention(fake: FakeTelegram) -> None:
+async def test_an_emoji_before_the_mention_is_a_mention(telegram: FakeTelegram) -> None:
     [after_one, after_three] = await received(
-        fake,
+        telegram,
         {"text": "a question", "mention": True, "prefix": "🎉 "},
         {"text": "another", "mention": True, "prefix": "🎉👍🏽 so "},
     )
@@ -51,10 +42,10 @@ async def test_an_emoji_before_the_mention_is_a_mention(fake: FakeTelegram) -> N
 
 
 async def test_a_command_for_the_bot_after_an_emoji_loses_only_the_handle(
-    fake: FakeTelegram,
+    telegram: FakeTelegram,
 ) -> None:
     [plain, cased] = await received(
-        fake,
+        telegram,
         {"text": "🎉 /help@rousseau_test_bot please"},
         {"text": "🎉 /Help@Rousseau_Test_Bot please"},
     )
@@ -62,23 +53,23 @@ async def test_a_command_for_the_bot_after_an_emoji_loses_only_the_handle(
     assert cased.mentioned and cased.text == "🎉 /Help please"
 
 
-async def test_every_command_for_the_bot_loses_its_handle(fake: FakeTelegram) -> None:
+async def test_every_command_for_the_bot_loses_its_handle(telegram: FakeTelegram) -> None:
     [both] = await received(
-        fake, {"text": "/new@rousseau_test_bot 🎉 then /help@rousseau_test_bot"}
+        telegram, {"text": "/new@rousseau_test_bot 🎉 then /help@rousseau_test_bot"}
     )
     assert both.mentioned and both.text == "/new 🎉 then /help"
 
 
-async def test_a_captioned_photo_mentioning_the_bot_is_a_mention(fake: FakeTelegram) -> None:
+async def test_a_captioned_photo_mentioning_the_bot_is_a_mention(telegram: FakeTelegram) -> None:
     [photo] = await received(
-        fake, {"text": "what is this?", "mention": True, "prefix": "🎉 ", "caption": True}
+        telegram, {"text": "what is this?", "mention": True, "prefix": "🎉 ", "caption": True}
     )
     assert photo.mentioned and photo.text == "🎉 @rousseau_test_bot what is this?"
 
 
-async def test_another_bots_handle_after_an_emoji_is_not_ours(fake: FakeTelegram) -> None:
+async def test_another_bots_handle_after_an_emoji_is_not_ours(telegram: FakeTelegram) -> None:
     [mention, command] = await received(
-        fake,
+        telegram,
         {"text": "🎉 @other_helper_bot hi"},
         {"text": "🎉 /help@other_helper_bot please"},
     )

@@ -4,7 +4,7 @@ and a failed update comes back, with no later update of its chat taken before it
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -17,20 +17,13 @@ from tests.fakes.telegram import FakeTelegram
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeTelegram]:
-    made = FakeTelegram().start()
-    yield made
-    made.stop()
-
-
 @asynccontextmanager
 async def polling(
-    fake: FakeTelegram, handler: Callable[[Inbound], Awaitable[None]]
+    telegram: FakeTelegram, handler: Callable[[Inbound], Awaitable[None]]
 ) -> AsyncIterator[None]:
     """The transport polling with `handler`, restarted after a handler's failure as the
     daemon's supervisor restarts it."""
-    transport = TelegramTransport(fake.token, base_url=fake.url, poll_timeout=1)
+    transport = TelegramTransport(telegram.token, base_url=telegram.url, poll_timeout=1)
 
     async def run() -> None:
         while True:
@@ -49,10 +42,10 @@ async def polling(
         await transport.aclose()
 
 
-async def test_the_chats_of_one_poll_are_taken_side_by_side(fake: FakeTelegram) -> None:
+async def test_the_chats_of_one_poll_are_taken_side_by_side(telegram: FakeTelegram) -> None:
     # Queued before the first poll: both come in one batch.
-    fake.push("from 42", chat_id=42, user_id=42)
-    fake.push("from 43", chat_id=43, user_id=43)
+    telegram.push("from 42", chat_id=42, user_id=42)
+    telegram.push("from 43", chat_id=43, user_id=43)
     arrived = {"42": anyio.Event(), "43": anyio.Event()}
     taken: list[str] = []
 
@@ -63,19 +56,19 @@ async def test_the_chats_of_one_poll_are_taken_side_by_side(fake: FakeTelegram) 
         await arrived["43"].wait()
         taken.append(inbound.text)
 
-    async with polling(fake, handler):
+    async with polling(telegram, handler):
         with anyio.fail_after(10):
             while len(taken) < 2:
                 await anyio.sleep(0.02)
     assert sorted(taken) == ["from 42", "from 43"]
     # The next poll acknowledged both updates at once.
-    assert len(fake.offsets) >= 2 and fake.offsets[1] > max(fake.offsets[0], 1)
+    assert len(telegram.offsets) >= 2 and telegram.offsets[1] > max(telegram.offsets[0], 1)
 
 
-async def test_each_chat_of_a_poll_is_taken_in_order(fake: FakeTelegram) -> None:
+async def test_each_chat_of_a_poll_is_taken_in_order(telegram: FakeTelegram) -> None:
     for i in range(3):
-        fake.push(f"42 #{i}", chat_id=42, user_id=42)
-        fake.push(f"43 #{i}", chat_id=43, user_id=43)
+        telegram.push(f"42 #{i}", chat_id=42, user_id=42)
+        telegram.push(f"43 #{i}", chat_id=43, user_id=43)
     taken: list[str] = []
 
     async def handler(inbound: Inbound) -> None:
@@ -83,7 +76,7 @@ async def test_each_chat_of_a_poll_is_taken_in_order(fake: FakeTelegram) -> None
             await anyio.sleep(0.3)  # slow to persist: nothing of its chat overtakes it
         taken.append(inbound.text)
 
-    async with polling(fake, handler):
+    async with polling(telegram, handler):
         with anyio.fail_after(10):
             while len(taken) < 6:
                 await anyio.sleep(0.02)
@@ -92,10 +85,10 @@ async def test_each_chat_of_a_poll_is_taken_in_order(fake: FakeTelegram) -> None
     assert taken.index("43 #2") < taken.index("42 #0"), "chat 43 did not wait for chat 42"
 
 
-async def test_a_failed_update_comes_back_before_its_chat_goes_on(fake: FakeTelegram) -> None:
-    fake.push("42 first", chat_id=42, user_id=42)
-    fake.push("43 only", chat_id=43, user_id=43)
-    fake.push("42 second", chat_id=42, user_id=42)
+async def test_a_failed_update_comes_back_before_its_chat_goes_on(telegram: FakeTelegram) -> None:
+    telegram.push("42 first", chat_id=42, user_id=42)
+    telegram.push("43 only", chat_id=43, user_id=43)
+    telegram.push("42 second", chat_id=42, user_id=42)
     seen: list[str] = []
     failures = 1
 
@@ -106,7 +99,7 @@ async def test_a_failed_update_comes_back_before_its_chat_goes_on(fake: FakeTele
             failures -= 1
             raise OSError("the store could not persist it")
 
-    async with polling(fake, handler):
+    async with polling(telegram, handler):
         with anyio.fail_after(10):
             while "42 second" not in seen:
                 await anyio.sleep(0.02)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -18,13 +17,6 @@ from tests.fakes.telegram import FakeTelegram
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeTelegram]:
-    fake = FakeTelegram().start()
-    yield fake
-    fake.stop()
 
 
 async def test_posted_updates_are_taken_and_a_failed_one_is_posted_again(
