@@ -19,9 +19,6 @@ from rousseau.config import load_config
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.fakes.telegram import BOT_USERNAME, FakeTelegram
 from tests.helpers import ROUSSEAU, free_port
-from tests.test_daemon import telegram
-
-__all__ = ["telegram"]  # a fixture
 
 KEY = "sk-init-test-0123456789abcdefXYZ"
 OWNER = 4242

@@ -12,9 +12,9 @@ from tests.fakes.llm import FakeLLMServer
 from tests.fakes.telegram import FakeTelegram
 from tests.faults.support import wait_until
 from tests.helpers import ROUSSEAU
-from tests.test_daemon import Daemon, llm, telegram
+from tests.test_daemon import Daemon, llm
 
-__all__ = ["llm", "telegram"]  # fixtures
+__all__ = ["llm"]  # a fixture
 
 
 def rousseau(daemon: Daemon, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

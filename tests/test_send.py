@@ -8,10 +8,10 @@ from pathlib import Path
 from tests.fakes.llm import FakeLLMServer
 from tests.fakes.telegram import FakeTelegram
 from tests.faults.support import edit_config, wait_until
-from tests.test_daemon import Daemon, llm, telegram
+from tests.test_daemon import Daemon, llm
 from tests.test_one_daemon import rousseau
 
-__all__ = ["llm", "telegram"]  # fixtures
+__all__ = ["llm"]  # a fixture
 
 
 def test_with_no_daemon_it_sends_at_once(

@@ -29,7 +29,7 @@ from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.faults.support import edit_config, wait_until
 from tests.helpers import ROUSSEAU  # noqa: F401 - the daemon fixtures run it
-from tests.test_daemon import Daemon, daemon, llm, model, telegram  # noqa: F401 - fixtures
+from tests.test_daemon import Daemon, daemon, llm, model  # noqa: F401 - fixtures
 from tests.transports.harness_matrix import MatrixHarness
 
 ANSWER = " ".join(f"word{i}" for i in range(120))
@@ -52,7 +52,7 @@ def updates(fake: FakeTelegram, chat: int = 42) -> list[float]:
 
 def test_a_slow_answer_grows_in_one_message_that_ends_as_the_answer(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     llm.responder = lambda r: slowly()
@@ -72,7 +72,7 @@ def test_a_slow_answer_grows_in_one_message_that_ends_as_the_answer(
 
 def test_an_answer_longer_than_a_message_ends_split_with_nothing_lost(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     long = " ".join(f"w{i}" for i in range(1500))  # about 9,000 characters
@@ -89,7 +89,7 @@ def test_an_answer_longer_than_a_message_ends_split_with_nothing_lost(
 
 def test_a_429_on_an_edit_slows_the_edits_and_loses_nothing(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     llm.responder = lambda r: slowly(pace=0.15)
@@ -105,7 +105,7 @@ def test_a_429_on_an_edit_slows_the_edits_and_loses_nothing(
 
 def test_a_kill_mid_stream_leaves_one_complete_answer_after_the_restart(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     llm.responder = lambda r: slowly(pace=0.3)  # about 9 s: killed well before the end
@@ -134,7 +134,7 @@ def bash_then_answer(recorded: Recorded) -> Reply:
 
 def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(daemon, lambda c: c["agent"].update(approver={"allow": [{"tool": "bash"}]}))
@@ -163,7 +163,7 @@ def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
 
 def test_streaming_off_sends_the_answer_whole(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(daemon, lambda c: c["telegram"].update(streaming="off"))
@@ -178,7 +178,7 @@ def test_streaming_off_sends_the_answer_whole(
 
 def test_native_drafts_show_the_answer_as_it_is_written_then_it_is_sent_once(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(daemon, lambda c: c["telegram"].update(streaming="native"))
@@ -199,7 +199,7 @@ def test_native_drafts_show_the_answer_as_it_is_written_then_it_is_sent_once(
 
 def test_the_stop_button_of_a_draft_stops_the_turn(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(daemon, lambda c: c["telegram"].update(streaming="native"))

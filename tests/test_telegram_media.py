@@ -23,7 +23,7 @@ from tests.fakes.llm import (
 from tests.fakes.telegram import PHOTO, FakeTelegram
 from tests.faults.support import edit_config, wait_until
 from tests.helpers import ROUSSEAU
-from tests.test_daemon import Daemon, daemon, llm, model, telegram  # noqa: F401 - fixtures
+from tests.test_daemon import Daemon, daemon, llm, model  # noqa: F401 - fixtures
 
 PDF = b"%PDF-1.4\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n"
 TODAY = datetime.date.today().isoformat()
@@ -36,7 +36,7 @@ def user_content(server: FakeLLMServer) -> list[object] | str:
 
 def test_a_photo_with_a_caption_reaches_the_model_as_an_image(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     daemon.start()
@@ -60,7 +60,7 @@ def test_a_photo_with_a_caption_reaches_the_model_as_an_image(
 
 def test_a_photo_alone_is_answered(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     daemon.start()
@@ -72,7 +72,7 @@ def test_a_photo_alone_is_answered(
 
 def test_a_pdf_lands_in_the_workspace_and_the_model_is_told_where(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     daemon.start()
@@ -87,7 +87,7 @@ def test_a_pdf_lands_in_the_workspace_and_the_model_is_told_where(
 
 def test_a_file_over_the_limit_gets_a_polite_reply_and_no_model_call(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(daemon, lambda c: c.update(media={"max_bytes": 100}))
@@ -101,7 +101,7 @@ def test_a_file_over_the_limit_gets_a_polite_reply_and_no_model_call(
 
 def test_a_file_the_bot_api_will_not_give_is_noted_and_the_message_answered(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     daemon.start()
@@ -128,7 +128,7 @@ def send_files_then_answer(recorded: Recorded) -> Reply:
 
 def test_send_file_delivers_an_image_as_a_photo_and_a_csv_as_a_document(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(
@@ -160,7 +160,7 @@ def transcribing(recorded: Recorded) -> Reply:
 
 def test_a_voice_note_is_transcribed_and_answered_from_the_transcript(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(
@@ -187,7 +187,7 @@ def test_a_voice_note_is_transcribed_and_answered_from_the_transcript(
 
 def test_without_transcription_the_model_is_told_a_voice_note_came(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     daemon.start()
@@ -211,7 +211,7 @@ def test_without_transcription_the_model_is_told_a_voice_note_came(
 
 def test_a_strangers_file_is_never_downloaded(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     daemon.start()
@@ -236,7 +236,7 @@ def send_chart_then_answer(recorded: Recorded) -> Reply:
 
 def test_a_file_queued_before_a_kill_is_delivered_once_after_the_restart(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     edit_config(daemon, lambda c: c["agent"].update(approver={"allow": [{"tool": "send_file"}]}))
@@ -262,7 +262,7 @@ def test_a_file_queued_before_a_kill_is_delivered_once_after_the_restart(
 
 def test_session_show_counts_and_names_the_files(
     daemon: Daemon,  # noqa: F811
-    telegram: FakeTelegram,  # noqa: F811
+    telegram: FakeTelegram,
     llm: FakeLLMServer,  # noqa: F811
 ) -> None:
     daemon.start()
