@@ -93,7 +93,7 @@ ProviderName = Literal[
 class Section(BaseModel):
     # The string under each field documents it (docgen reads those from the source: having
     # pydantic read them too, at every start, would cost a fifth of this module's import).
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 # -- providers ------------------------------------------------------------------------------
