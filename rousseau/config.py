@@ -93,6 +93,8 @@ ProviderName = Literal[
 class Section(BaseModel):
     # The string under each field documents it (docgen reads those from the source: having
     # pydantic read them too, at every start, would cost a fifth of this module's import).
+    # defer_build: Config's validator, built at the first load, holds every section's; each
+    # section compiling its own as well at import cost start-up time and memory for nothing.
     model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
