@@ -43,7 +43,7 @@ OURS = {
 NOT_YET = {
     "openai", "anthropic", "boto3", "botocore", "google", "slack_sdk", "slack_bolt",
     "discord", "nio", "neonize", "mcp", "psycopg", "playwright", "starlette", "uvicorn",
-    "bashlex", "sqlite_utils",
+    "bashlex", "sqlite_utils", "re2",
 }  # fmt: skip
 """Top-level packages the first poll of a Telegram daemon on OpenAI never needs."""
 
