@@ -488,12 +488,14 @@ class Router:
             preview = self._preview(inbound, progress.preview)
             answer = await self._turn(session, inbound, preview)
             hint = await self._voice_hint(inbound)
+            # Committed with the turn's queued history, which it fails with if that was lost.
             await self._reply(
                 inbound,
                 answer,
                 files=outgoing.files,
                 notice=hint,
                 replaces=preview.ids if preview is not None else progress.preview,
+                history=session.id,
             )
             if hint:
                 await self._kv(inbound.transport).set(_HINTED + inbound.chat_id, "1")
@@ -595,7 +597,7 @@ class Router:
         """Run the turn; with a preview, show the answer (or what a tool does) as it comes."""
         agent = self._agent(inbound)
         if preview is None:
-            return await agent.turn(session)
+            return await agent.turn(session, flush=False)  # _answer's finish flushes
         settings = self.streaming.get(inbound.transport) or StreamSettings()
         progress = settings.shows_progress(inbound.is_group)
 
@@ -610,7 +612,7 @@ class Router:
 
         token = _previewing.set(preview)  # for this turn only: an approval wait shows in it
         try:
-            return await agent.turn(session, on_event=show)
+            return await agent.turn(session, on_event=show, flush=False)
         finally:
             _previewing.reset(token)
 
@@ -695,9 +697,11 @@ class Router:
         files: Sequence[tuple[Attachment, str]] = (),
         notice: str = "",
         replaces: Sequence[str] = (),
+        history: str | None = None,
     ) -> None:
         """Queue the reply, split for the platform, then any files the turn sent and a
-        `notice` of its own, marking the inbound done (or failed, with `error`) in one step.
+        `notice` of its own, marking the inbound done (or failed, with `error`) in one step
+        (with the queued writes of the `history` session, see DaemonState.finish).
         The first parts replace the messages in `replaces` (a streamed preview), one each;
         preview messages the reply does not need are edited to a mark."""
         parts = self._parts(
@@ -725,7 +729,7 @@ class Router:
                 inbound.transport, inbound.chat_id, notice, thread_id=inbound.thread_id
             )
         parts += _file_parts(inbound.transport, inbound.chat_id, files, inbound.thread_id)
-        await self.state.finish(inbound if finish else None, parts, error=error)
+        await self.state.finish(inbound if finish else None, parts, error=error, history=history)
         if parts:
             self.wake(inbound.transport)
 

@@ -111,12 +111,14 @@ class Agent:
         *,
         unattended: bool = False,
         on_event: Callable[[StreamEvent], None] | None = None,
+        flush: bool = True,
     ) -> Response:
         """Run the loop until the model stops; return the last response, usage summed.
         `on_event` sees each event of the turn's stream as it comes (see turn_stream)."""
         last: Response | None = None
         usage = Usage()
-        async with aclosing(self.turn_stream(session, unattended=unattended)) as events:
+        stream = self.turn_stream(session, unattended=unattended, flush=flush)
+        async with aclosing(stream) as events:
             async for event in events:
                 if on_event is not None:
                     on_event(event)
@@ -127,9 +129,13 @@ class Agent:
         return Response(message=last.message, stop_reason=last.stop_reason, usage=usage)
 
     async def turn_stream(
-        self, session: Session, *, unattended: bool = False
+        self, session: Session, *, unattended: bool = False, flush: bool = True
     ) -> AsyncGenerator[StreamEvent, None]:
-        """Run the loop, yielding text deltas, tool calls, tool results and responses."""
+        """Run the loop, yielding text deltas, tool calls, tool results and responses.
+
+        The history's queued writes are flushed before it returns or raises; `flush=False`
+        leaves that to the caller's next write, which must fail if one of them did (the
+        daemon's router finishes a turn that way, in one round trip to the database)."""
         if not session.messages:
             raise EmptySessionError()
         try:
@@ -183,7 +189,7 @@ class Agent:
             raise MaxIterationsError(limit)
         finally:
             # Queued writes reach the disk before the turn is reported done (or failed).
-            if self.options.history is not None:
+            if flush and self.options.history is not None:
                 with anyio.CancelScope(shield=True):
                     await self.options.history.flush(session.id)
 

@@ -126,7 +126,8 @@ class MessageLog(Protocol):
     """Durable history: the loop appends every message it adds to a session.
 
     `append_message` may queue the write, as long as writes stay in order; the loop calls
-    `flush` before a turn returns or raises, so a finished turn is on disk.
+    `flush` before a turn returns or raises, so a finished turn is on disk (unless its caller
+    asked for `flush=False`, to check those writes with its own next one).
     """
 
     async def append_message(

@@ -303,10 +303,17 @@ class DaemonState:
         return await self.store.call(op)
 
     async def finish(
-        self, inbound: Inbound | None, parts: list[Outbound], *, error: str | None = None
+        self,
+        inbound: Inbound | None,
+        parts: list[Outbound],
+        *,
+        error: str | None = None,
+        history: str | None = None,
     ) -> None:
         """In one transaction: queue the reply parts and mark the inbound done (or failed,
-        with its `error`, when it could not be answered)."""
+        with its `error`, when it could not be answered). With the `history` of the turn (its
+        session id), that history's queued writes commit with it: if one failed, nothing is
+        finished and its error is raised."""
         now = time.time()
         status = "done" if error is None else "failed"
 
@@ -323,7 +330,7 @@ class DaemonState:
                     (status, error, inbound.transport, inbound.message_id),
                 )
 
-        await self.store.call(op, write=True)
+        await self.store.call(op, write=True, after=history)
 
     # -- outbox ---------------------------------------------------------------------------
 

@@ -363,9 +363,15 @@ class PostgresDaemonState:
             return await cursor.fetchone() is not None
 
     async def finish(
-        self, inbound: Inbound | None, parts: list[Outbound], *, error: str | None = None
+        self,
+        inbound: Inbound | None,
+        parts: list[Outbound],
+        *,
+        error: str | None = None,
+        history: str | None = None,
     ) -> None:
-        """In one transaction: queue the reply parts and mark the inbound done (or failed)."""
+        """In one transaction: queue the reply parts and mark the inbound done (or failed).
+        `history` asks nothing more here: the history's writes were each awaited."""
         now = time.time()
         async with self.store.transaction() as db:
             async with db.cursor() as cursor:

@@ -155,9 +155,17 @@ class DaemonStore(Protocol):
         ...
 
     async def finish(
-        self, inbound: Inbound | None, parts: list[Outbound], *, error: str | None = None
+        self,
+        inbound: Inbound | None,
+        parts: list[Outbound],
+        *,
+        error: str | None = None,
+        history: str | None = None,
     ) -> None:
-        """In one transaction: queue the reply parts and mark the inbound done (or failed)."""
+        """In one transaction: queue the reply parts and mark the inbound done (or failed).
+        `history`, a session id: that session's queued history writes are made first, and if
+        one failed, nothing is finished and its error is raised (the turn then counts as
+        not finished, as its own flush would have said)."""
         ...
 
     async def due(

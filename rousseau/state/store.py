@@ -121,14 +121,20 @@ class Store:
         return result
 
     async def call(
-        self, fn: Callable[[sqlite3.Connection], T], write: bool = False, *, urgent: bool = False
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        write: bool = False,
+        *,
+        urgent: bool = False,
+        after: str | None = None,
     ) -> T:
         """Await `fn(conn)` on the store's thread (write: inside a transaction; urgent: ahead
-        of the queued work)."""
+        of the queued work; after a session id: only if its queued writes were all made, see
+        DBWorker.call)."""
         if self._worker.stopped:
             raise StoreError("the session store is closed")
         try:
-            result = await self._worker.call(fn, write=write, urgent=urgent)
+            result = await self._worker.call(fn, write=write, urgent=urgent, after=after)
         except (sqlite3.Error, WorkerTimeout) as exc:
             raise self._failed(exc) from exc
         if write:

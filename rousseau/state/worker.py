@@ -42,12 +42,26 @@ for the rest (the answers also go out before the next hand-over's work starts)."
 
 
 class _Job:
-    __slots__ = ("done", "error", "fn", "result", "write")
+    __slots__ = ("after", "done", "error", "fn", "key", "reported", "result", "write")
 
-    def __init__(self, fn: Op, write: bool, done: Callable[[_Job], None]) -> None:
+    def __init__(
+        self,
+        fn: Op,
+        write: bool,
+        done: Callable[[_Job], None],
+        *,
+        key: str | None = None,
+        after: str | None = None,
+    ) -> None:
         self.fn = fn
         self.write = write
         self.done = done
+        self.key = key
+        """A queued write's key (see DBWorker.submit)."""
+        self.after = after
+        """A write made only if no queued write under this key failed (see DBWorker.call)."""
+        self.reported = False
+        """This queued write's failure went to the caller of a write `after` its key."""
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -102,18 +116,28 @@ class DBWorker:
     # -- submitting ------------------------------------------------------------------------
 
     async def call(
-        self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False, urgent: bool = False
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        write: bool = False,
+        urgent: bool = False,
+        after: str | None = None,
     ) -> T:
         """Run `fn(conn)` on the worker and await its result (write: inside a transaction).
 
         `urgent` runs it ahead of the queued work (in its own transaction): for a write whose
-        delay is a risk in itself, such as recording that a message went out."""
+        delay is a risk in itself, such as recording that a message went out.
+
+        A write `after` a key is made only if every write queued under that key before it
+        was: else it raises the first such failure (reported then, to this caller alone).
+        Queued in the same step as those writes, it commits with them: their flush and this
+        write in one round trip."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: take the portable, slower path
             return await anyio.to_thread.run_sync(lambda: self.call_sync(fn, write=write))
         future: asyncio.Future[Any] = loop.create_future()
-        job = _Job(fn, write, partial(self._answer, future))
+        job = _Job(fn, write, partial(self._answer, future), after=after)
         if urgent:
             if self._stopped:
                 raise RuntimeError("the database worker is stopped")
@@ -139,7 +163,7 @@ class DBWorker:
         def done(job: _Job) -> None:
             with self._pending_lock:
                 self._pending -= 1
-                if job.error is not None and key is not None:
+                if job.error is not None and key is not None and not job.reported:
                     self._lost[key] = job.error
                     while len(self._lost) > MAX_LOST:
                         self._lost.popitem(last=False)
@@ -149,7 +173,7 @@ class DBWorker:
         with self._pending_lock:
             self._pending += 1
             crowded = self._pending > MAX_PENDING
-        job = _Job(fn, True, done)
+        job = _Job(fn, True, done, key=key)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: straight to the thread
@@ -362,7 +386,7 @@ class DBWorker:
         except sqlite3.Error as exc:
             _settle_all(batch, exc)
             return
-        lost = _run_batch(conn, batch)
+        lost = self._run_batch(conn, batch)
         if lost is None and not conn.in_transaction:  # SQLite rolled back by itself
             lost = next((j.error for j in batch if j.error is not None), None) or sqlite3.Error(
                 "the transaction was rolled back"
@@ -377,35 +401,66 @@ class DBWorker:
             for job in batch:
                 job.error = job.error or lost
                 job.result = None
+            _reported_after(batch)
         else:
             self.wrote.set()
         for job in batch:
             _done(job)
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> BaseException | None:
+        """Run each job (in a savepoint when there are several); the error that lost the
+        whole transaction, if one did."""
+        failed: dict[str, list[_Job]] = {}
+        if len(batch) == 1:
+            self._run_write(conn, batch[0], failed)
+            return None
+        for job in batch:
+            try:
+                conn.execute("SAVEPOINT job")
+            except sqlite3.Error as exc:
+                return exc
+            self._run_write(conn, job, failed)
+            try:
+                if job.error is not None:
+                    conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+            except sqlite3.Error as exc:
+                return job.error or exc
+        return None
+
+    def _run_write(
+        self, conn: sqlite3.Connection, job: _Job, failed: dict[str, list[_Job]]
+    ) -> None:
+        """Run a write, unless it is `after` a key whose queued write failed, in this
+        transaction (`failed`, by key) or an earlier one: it then takes that failure."""
+        if job.after is not None:
+            if job.after in failed:
+                lost = failed.pop(job.after)
+                for each in lost:
+                    each.reported = True
+                job.error = lost[0].error
+                return
+            with self._pending_lock:
+                job.error = self._lost.pop(job.after, None)
+            if job.error is not None:
+                return
+        _run(conn, job)
+        if job.error is not None and job.key is not None:
+            failed.setdefault(job.key, []).append(job)
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
     return None
 
 
-def _run_batch(conn: sqlite3.Connection, batch: list[_Job]) -> BaseException | None:
-    """Run each job (in a savepoint when there are several); the error that lost the whole
-    transaction, if one did."""
-    if len(batch) == 1:
-        _run(conn, batch[0])
-        return None
-    for job in batch:
-        try:
-            conn.execute("SAVEPOINT job")
-        except sqlite3.Error as exc:
-            return exc
-        _run(conn, job)
-        try:
-            if job.error is not None:
-                conn.execute("ROLLBACK TO job")
-            conn.execute("RELEASE job")
-        except sqlite3.Error as exc:
-            return job.error or exc
-    return None
+def _reported_after(batch: list[_Job]) -> None:
+    """The whole transaction was lost: a write `after` a key takes the failure of that key's
+    writes before it (the one error, reported once)."""
+    for i, job in enumerate(batch):
+        if job.after is not None:
+            for earlier in batch[:i]:
+                if earlier.key == job.after:
+                    earlier.reported = True
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -419,6 +474,8 @@ def _rollback(conn: sqlite3.Connection) -> None:
 def _settle_all(jobs: list[_Job], error: BaseException) -> None:
     for job in jobs:
         job.error = error
+    _reported_after(jobs)
+    for job in jobs:
         _done(job)
 
 

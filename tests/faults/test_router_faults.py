@@ -402,3 +402,60 @@ async def test_a_stop_waits_for_a_turn_that_starts_while_it_drains(tmp_path: Pat
         assert drained == [True]
         assert sorted(texts(memory)) == ["echo: first", "echo: second"]
     store.close()
+
+
+async def test_a_turns_answer_is_committed_with_its_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rousseau.router
+
+    # A turn slower than this (a loaded machine) waits for its typing task to end before it
+    # finishes: its history is then committed on its own, a commit sooner.
+    monkeypatch.setattr(rousseau.router, "TYPING_AFTER", 60)
+    store = Store(tmp_path / "s.db")
+    statements: list[str] = []
+    await store.call(lambda db: db.set_trace_callback(statements.append))
+    async with running(store, FunctionProvider(Echo())) as (_, transports):
+        await transports["memory"].inject("hi", message_id="h1")
+        assert await settle(transports["memory"], 1) == ["echo: hi"]
+    part = next(i for i, s in enumerate(statements) if s.startswith("INSERT INTO outbox"))
+    reply = max(i for i, s in enumerate(statements[:part]) if s.startswith("INSERT INTO messages"))
+    assert "COMMIT" not in statements[reply:part], (
+        "the reply's history and the part that sends it share one transaction"
+    )
+    store.close()
+
+
+async def test_a_turn_whose_history_was_not_saved_is_not_answered_but_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rousseau.router
+
+    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
+    store = Store(tmp_path / "s.db")
+    real_append = Store._append
+    failures = [1]
+
+    def append(session_id: str, message: Message, usage: Any) -> Callable[[Any], None]:
+        op = real_append(session_id, message, usage)
+        if message.role.value != "assistant" or not failures[0]:
+            return op
+        failures[0] -= 1
+
+        def lost(db: sqlite3.Connection) -> None:
+            op(db)
+            raise sqlite3.OperationalError("disk I/O error")
+
+        return lost
+
+    monkeypatch.setattr(Store, "_append", staticmethod(append))
+    model = Echo()
+    async with running(store, FunctionProvider(model)) as (_, transports):
+        await transports["memory"].inject("hi", message_id="h1")
+        assert await settle(transports["memory"], 1) == ["echo: hi"]
+    assert model.calls == ["hi", "hi"], "the turn ran again, its first answer never sent"
+    roles = store.call_sync(
+        lambda db: db.execute("SELECT role FROM messages ORDER BY id").fetchall()
+    )
+    assert [r[0] for r in roles] == ["user", "assistant"]
+    store.close()

@@ -244,3 +244,57 @@ async def test_a_slow_job_queued_later_holds_back_no_answer(tmp_path: Path) -> N
         gate.set()
     assert quick_answered_while_slow_ran == [True]
     worker.stop()
+
+
+def _failing(db: sqlite3.Connection) -> None:
+    db.execute("INSERT INTO no_such_table VALUES (1)")
+
+
+async def _count(worker: DBWorker) -> int:
+    return int(await worker.call(lambda db: db.execute("SELECT count(*) FROM blobs").fetchone()[0]))
+
+
+async def test_a_write_after_a_key_commits_with_the_writes_queued_under_it(
+    tmp_path: Path,
+) -> None:
+    worker = _worker(tmp_path / "w.db")
+    statements: list[str] = []
+    await worker.call(lambda db: db.set_trace_callback(statements.append))
+    await worker.submit(_filling, key="s")
+    await worker.submit(_filling, key="s")
+    await worker.call(_filling, write=True, after="s")
+    assert statements.count("COMMIT") == 1, "one transaction, one round trip"
+    assert await _count(worker) == 3
+    worker.stop()
+
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["same batch", "earlier batch"])
+async def test_a_write_after_a_failed_write_of_its_key_is_not_made(
+    tmp_path: Path, earlier: bool
+) -> None:
+    worker = _worker(tmp_path / "w.db")
+    worker.on_error = lambda exc: None
+    await worker.submit(_failing, key="s")
+    await worker.submit(_filling, key="other")
+    if earlier:
+        await worker.flush()  # the failure is committed around, and remembered
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        await worker.call(_filling, write=True, after="s")
+    assert await _count(worker) == 1, "only the other key's write was made"
+    worker.raise_lost("s")  # the failure was reported once, by the write after it
+    await worker.call(_filling, write=True, after="s")  # and is not held against the next
+    assert await _count(worker) == 2
+    worker.stop()
+
+
+async def test_a_failed_write_of_another_key_does_not_stop_a_write_after(
+    tmp_path: Path,
+) -> None:
+    worker = _worker(tmp_path / "w.db")
+    worker.on_error = lambda exc: None
+    await worker.submit(_failing, key="other")
+    await worker.call(_filling, write=True, after="s")
+    assert await _count(worker) == 1
+    with pytest.raises(sqlite3.OperationalError):
+        worker.raise_lost("other")
+    worker.stop()
