@@ -125,8 +125,9 @@ class DBWorker:
     ) -> T:
         """Run `fn(conn)` on the worker and await its result (write: inside a transaction).
 
-        `urgent` runs it ahead of the queued work (in its own transaction): for a write whose
-        delay is a risk in itself, such as recording that a message went out.
+        `urgent` runs it ahead of the queued work (in a transaction of the urgent writes
+        waiting with it, each in a savepoint): for a write whose delay is a risk in itself,
+        such as recording that a message went out.
 
         A write `after` a key is made only if every write queued under that key before it
         was: else it raises the first such failure (reported then, to this caller alone).
@@ -363,11 +364,14 @@ class DBWorker:
         return go_on
 
     def _serve_urgent(self, conn: sqlite3.Connection) -> None:
+        """The urgent jobs, in order; the writes waiting together share one commit."""
         while self._urgent:
-            job = self._urgent.popleft()
-            if job.write:
-                self._commit(conn, [job])
-            else:
+            writes: list[_Job] = []
+            while self._urgent and self._urgent[0].write:
+                writes.append(self._urgent.popleft())
+            self._commit(conn, writes)
+            if self._urgent and not self._urgent[0].write:
+                job = self._urgent.popleft()
                 _run(conn, job)
                 _done(job)
 

@@ -298,3 +298,31 @@ async def test_a_failed_write_of_another_key_does_not_stop_a_write_after(
     with pytest.raises(sqlite3.OperationalError):
         worker.raise_lost("other")
     worker.stop()
+
+
+async def test_urgent_writes_waiting_together_share_one_commit(tmp_path: Path) -> None:
+    worker = _worker(tmp_path / "w.db")
+    worker.on_error = lambda exc: None
+    statements: list[str] = []
+    await worker.call(lambda db: db.set_trace_callback(statements.append))
+    gate = threading.Event()
+    outcomes: list[str] = []
+
+    async def urgent(fn: Callable[[sqlite3.Connection], None]) -> None:
+        try:
+            await worker.call(fn, write=True, urgent=True)
+            outcomes.append("ok")
+        except sqlite3.Error:
+            outcomes.append("failed")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.call, lambda db: gate.wait(5))
+        await anyio.sleep(0.05)  # the thread is held at the gate
+        for fn in (_filling, _failing, _filling):
+            tg.start_soon(urgent, fn)
+        await anyio.sleep(0.05)
+        gate.set()
+    assert statements.count("COMMIT") == 1
+    assert sorted(outcomes) == ["failed", "ok", "ok"], "a failure spares the others"
+    assert await _count(worker) == 2
+    worker.stop()
