@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import quote
 
 import anyio
@@ -19,6 +19,7 @@ from rousseau.agents import DEFAULT_AGENT
 from rousseau.media import Incoming, MediaIntake
 
 log = structlog.get_logger("rousseau.transports")
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -112,6 +113,39 @@ async def take_files(
         attachments=taken.attachments,
         refusal=taken.refusal,
     )
+
+
+async def take_by_chat(
+    items: Sequence[T],
+    chat_of: Callable[[T], Hashable],
+    take: Callable[[T], Awaitable[None]],
+) -> dict[int, Exception]:
+    """Take what one receive brought: each chat's items in order, the chats side by side, so
+    their messages are persisted in one commit, not in one commit and one wait on the
+    database each. A chat takes nothing after its first failure. The failures, by index in
+    `items`, are returned, not raised (that would cancel the other chats): the caller
+    acknowledges nothing from the first of them on, and what other chats took after it comes
+    back as duplicates, which the inbox drops."""
+    chats: dict[Hashable, list[int]] = {}
+    for i, item in enumerate(items):
+        chats.setdefault(chat_of(item), []).append(i)
+    failed: dict[int, Exception] = {}
+
+    async def take_chat(taking: Sequence[int]) -> None:
+        for i in taking:
+            try:
+                await take(items[i])
+            except Exception as exc:
+                failed[i] = exc
+                return
+
+    if len(chats) == 1:
+        await take_chat(range(len(items)))
+    elif chats:
+        async with anyio.create_task_group() as tg:
+            for taking in chats.values():
+                tg.start_soon(take_chat, taking)
+    return failed
 
 
 async def file_bytes(media: MediaIntake | None, message: Outbound) -> bytes | Outbound:

@@ -32,6 +32,7 @@ from rousseau.transports.base import (
     Throttled,
     describe,
     file_bytes,
+    take_by_chat,
     take_files,
 )
 from rousseau.transports.split import utf16_len
@@ -257,31 +258,16 @@ class TelegramTransport:
         await self._take_all(updates, handler)
 
     async def _take_all(self, updates: list[tuple[int, Any]], handler: InboundHandler) -> None:
-        """Each chat's updates in order, the chats side by side: a poll's messages are stored
-        in one commit, not in one commit and one wait on the database each. The offset
-        passes an update only once it and every update before it were taken."""
-        chats: dict[int | None, list[tuple[int, Any]]] = {}
-        for update_id, update in updates:
-            chats.setdefault(_chat_of(update), []).append((update_id, update))
-        failed: dict[int, Exception] = {}
-
-        async def take_chat(taking: list[tuple[int, Any]]) -> None:
-            for update_id, update in taking:
-                try:
-                    await self._take(update_id, update, handler)
-                except Exception as exc:  # not raised here: it would cancel the other chats
-                    failed[update_id] = exc
-                    return  # this chat takes nothing after it
-
-        if len(chats) == 1:
-            await take_chat(updates)
-        else:
-            async with anyio.create_task_group() as tg:
-                for taking in chats.values():
-                    tg.start_soon(take_chat, taking)
-        if failed:  # polled again from there: what other chats took comes back as duplicates
+        """A poll's updates, by chat (see take_by_chat). The offset passes an update only
+        once it and every update before it were taken."""
+        failed = await take_by_chat(
+            updates,
+            lambda taking: _chat_of(taking[1]),
+            lambda taking: self._take(*taking, handler),
+        )
+        if failed:  # polled again from there
             first = min(failed)
-            self._offset = first
+            self._offset = updates[first][0]
             raise failed[first]
         if updates:
             self._offset = updates[-1][0] + 1
