@@ -28,6 +28,7 @@ from rousseau.transports.base import (
     Throttled,
     describe,
     file_bytes,
+    take_by_chat,
     take_files,
 )
 
@@ -235,6 +236,9 @@ class MatrixTransport:
     async def _messages(
         self, client: nio.AsyncClient, reply: nio.SyncResponse, handler: InboundHandler
     ) -> None:
+        """The sync's messages, by room (see take_by_chat); a failure is raised once every
+        room is done, and the sync is taken again (the `since` token stays)."""
+        received: list[tuple[Inbound, Incoming | None]] = []
         for room_id, info in reply.rooms.join.items():
             room = client.rooms.get(room_id)
             for event in info.timeline.events:
@@ -262,11 +266,17 @@ class MatrixTransport:
                     sender_name=room.user_name(event.sender) or "" if room else "",
                     at=event.server_timestamp / 1000,
                 )
-                if file is not None:
-                    inbound = await take_files(
-                        inbound, self.media, [file], unavailable=(_Unavailable,)
-                    )
-                await handler(inbound)
+                received.append((inbound, file))
+
+        async def take(message: tuple[Inbound, Incoming | None]) -> None:
+            inbound, file = message
+            if file is not None:
+                inbound = await take_files(inbound, self.media, [file], unavailable=(_Unavailable,))
+            await handler(inbound)
+
+        failed = await take_by_chat(received, lambda message: message[0].chat_id, take)
+        if failed:
+            raise failed[min(failed)]
 
     @staticmethod
     def _caption(event: Any, content: dict[str, Any]) -> str:

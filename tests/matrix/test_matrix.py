@@ -17,7 +17,9 @@ from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
+from rousseau.transports.base import Inbound, MemoryKeyValue
 from tests.matrix.synapse import Synapse
+from tests.transports.harness_matrix import MatrixHarness
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +156,46 @@ async def test_invite_dm_rooms_mentions_and_restart(synapse: Synapse, tmp_path: 
         await wait_for(lambda: people.bot_messages(dm) == ["echo: hello bot", "echo: still there?"])
     assert people.devices() == devices
     assert len(people.bot_messages(team)) == 1
+
+
+async def test_a_sync_takes_its_rooms_side_by_side(synapse: Synapse) -> None:
+    """The messages one sync brings from two rooms are handed over together (so they are
+    stored in one commit), not one room after the other."""
+    harness = MatrixHarness(synapse)
+    rooms = (harness.dm_chat, harness.group_chat)
+    state = MemoryKeyValue()
+
+    async def nothing(inbound: Inbound) -> None:
+        pass
+
+    first = harness.transport()
+    first.bind_state(state)
+    async with anyio.create_task_group() as tg:
+        await tg.start(first.run, nothing)
+        for room in rooms:  # invited by their owner: joined
+            await anyio.to_thread.run_sync(harness._wait_bot_joined, room)
+        await first.stop()
+    await first.aclose()
+    # While it is stopped, a message in each room: the next sync brings both.
+    await anyio.to_thread.run_sync(harness._say, harness.alice, rooms[0], "one")
+    await anyio.to_thread.run_sync(harness._say, harness.alice, rooms[1], "two")
+    arrived = {room: anyio.Event() for room in rooms}
+    taken: list[str] = []
+
+    async def both_at_once(inbound: Inbound) -> None:
+        arrived[inbound.chat_id].set()
+        with anyio.fail_after(10):  # one room after the other never gets past this
+            for event in arrived.values():
+                await event.wait()
+        taken.append(inbound.text)
+
+    second = harness.transport()
+    second.bind_state(state)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(second.run, both_at_once)
+            while len(taken) < 2:
+                await anyio.sleep(0.05)
+            await second.stop()
+    await second.aclose()
+    assert sorted(taken) == ["one", "two"]
