@@ -32,6 +32,7 @@ from rousseau.transports.base import (
     Outbound,
     describe,
     file_bytes,
+    take_by_chat,
     take_files,
 )
 
@@ -200,23 +201,28 @@ class IMessageTransport:
             "with": ["chat", "handle", "attachment"],
         }
         messages = await self.call("POST", "/api/v1/message/query", body) or []
-        fresh = 0
-        for message in messages:
-            at = int(message.get("dateCreated") or 0)
-            guid = str(message.get("guid") or "")
-            if at < cursor["at"] or (at == cursor["at"] and guid in cursor["guids"]):
-                continue  # seen already (the server's `after` is inclusive)
-            fresh += 1
+        fresh = [message for message in messages if _unseen(message, cursor)]
+
+        async def take(message: dict[str, Any]) -> None:
             inbound = self._normalise(message)
             if inbound is not None:  # its files taken in before the cursor moves past it
                 files = self._files(message)
                 inbound = await take_files(inbound, self.media, files, unavailable=(_Gone,))
                 await handler(inbound)  # returns once persisted
+
+        # By chat (see take_by_chat); the cursor passes what was taken up to a failure.
+        failed = await take_by_chat(fresh, _chat_guid, take)
+        taken = fresh[: min(failed, default=len(fresh))]
+        for message in taken:
+            at = int(message.get("dateCreated") or 0)
             if at > cursor["at"]:
                 cursor["at"], cursor["guids"] = at, []
-            cursor["guids"].append(guid)
+            cursor["guids"].append(str(message.get("guid") or ""))
+        if taken:
             await self._state.set("cursor", json.dumps(cursor))
-        return fresh > 0 and len(messages) >= PAGE
+        if failed:
+            raise failed[min(failed)]
+        return bool(fresh) and len(messages) >= PAGE
 
     def _normalise(self, message: dict[str, Any]) -> Inbound | None:
         if message.get("isFromMe"):
@@ -332,3 +338,15 @@ class IMessageTransport:
             f"{info.get('os_version', '?')} (private API "
             f"{'on' if info.get('private_api') else 'off'})"
         )
+
+
+def _unseen(message: dict[str, Any], cursor: dict[str, Any]) -> bool:
+    """Not passed by the cursor yet (the server's `after` is inclusive)."""
+    at = int(message.get("dateCreated") or 0)
+    guid = str(message.get("guid") or "")
+    return at > cursor["at"] or (at == cursor["at"] and guid not in cursor["guids"])
+
+
+def _chat_guid(message: dict[str, Any]) -> str:
+    chats = message.get("chats") or []
+    return str(chats[0].get("guid") or "") if chats else ""

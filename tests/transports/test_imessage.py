@@ -3,14 +3,16 @@ the AppleScript and Private API modes."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from rousseau.agent import TransportAuthError
 from rousseau.media import BlobStore, MediaIntake
-from rousseau.transports.base import Outbound
+from rousseau.transports.base import Inbound, MemoryKeyValue, Outbound
 from rousseau.transports.imessage import IMessageError, IMessageTransport
 from tests.fakes.bluebubbles import PASSWORD
 from tests.transports.harness_imessage import IMessageHarness
@@ -140,3 +142,63 @@ async def test_a_file_whose_caption_failed_is_not_sent_again(
     [sent] = harness.files_delivered()
     assert (sent.name, sent.data, sent.caption) == ("chart.png", b"\x89PNG chart", "November")
     assert [s["message"] for s in harness.server.sent] == ["November"]
+
+
+async def test_a_page_takes_its_chats_side_by_side(harness: IMessageHarness) -> None:
+    """The messages of one page from two chats are handed over together (so they are stored
+    in one commit), not one chat after the other; the cursor then passes both, once."""
+    state = MemoryKeyValue()
+    at = int(time.time() * 1000)
+    await state.set("cursor", json.dumps({"at": at - 1000, "guids": []}))
+    chats = (harness.dm_chat, harness.group_chat)
+    for text, chat in zip(("one", "two"), chats, strict=True):
+        harness.server.receive(text, sender=harness.owner, chat=chat, at=at)
+    arrived = {chat: anyio.Event() for chat in chats}
+    taken: list[str] = []
+
+    async def both_at_once(inbound: Inbound) -> None:
+        arrived[inbound.chat_id].set()
+        with anyio.fail_after(10):  # one chat after the other never gets past this
+            for event in arrived.values():
+                await event.wait()
+        taken.append(inbound.text)
+
+    transport = harness.transport()
+    transport.bind_state(state)
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                await tg.start(transport.run, both_at_once)
+                while len(taken) < 2:
+                    await anyio.sleep(0.05)
+                await transport.stop()
+    finally:
+        await transport.aclose()
+    assert sorted(taken) == ["one", "two"]
+    cursor = json.loads(await state.get("cursor") or "{}")
+    assert cursor["at"] == at and len(cursor["guids"]) == 2
+
+
+async def test_a_failed_message_keeps_the_cursor_before_it(harness: IMessageHarness) -> None:
+    state = MemoryKeyValue()
+    at = int(time.time() * 1000)
+    start = json.dumps({"at": at - 1000, "guids": []})
+    await state.set("cursor", start)
+    harness.server.receive("first", sender=harness.owner, chat=harness.dm_chat, at=at)
+    harness.server.receive("second", sender=harness.owner, chat=harness.group_chat, at=at + 1)
+    taken: list[str] = []
+
+    async def fails_first(inbound: Inbound) -> None:
+        if inbound.text == "first":
+            raise OSError("the disk is full")
+        taken.append(inbound.text)
+
+    transport = harness.transport()
+    transport.bind_state(state)
+    try:
+        with anyio.fail_after(30), pytest.raises(OSError, match="disk is full"):
+            await transport.run(fails_first)
+    finally:
+        await transport.aclose()
+    assert taken == ["second"], "the other chat was taken"
+    assert await state.get("cursor") == start, "both are polled again (the second, a duplicate)"
