@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from email import policy
 from email.headerregistry import Address
 from email.message import EmailMessage
-from email.parser import BytesParser
+from email.parser import BytesHeaderParser, BytesParser
 from email.utils import formatdate, getaddresses, make_msgid, parseaddr
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -36,6 +36,7 @@ from rousseau.transports.base import (
     Outbound,
     describe,
     file_bytes,
+    take_by_chat,
     take_files,
 )
 
@@ -57,6 +58,8 @@ _BLOCKS = frozenset(
 )
 _SKIP = frozenset({"script", "style", "head", "title"})
 _TRY_LATER = ("[UNAVAILABLE]", "[INUSE]")
+_FETCH = 20
+"""Unseen mails fetched in one command (their bodies are held at once)."""
 """IMAP response codes (RFC 5530) of a login refused for now, not for good."""
 
 
@@ -154,6 +157,18 @@ def _address(value: str | None) -> str:
 def _addresses(message: EmailMessage, *names: str) -> list[str]:
     values = [str(v) for name in names for v in message.get_all(name, [])]
     return [addr.lower() for _, addr in getaddresses(values) if addr]
+
+
+def _sender_of(raw: object) -> str:
+    """The From address of a fetched mail, read from its headers alone: its sender's mails
+    are taken in order ("" for a mail without one)."""
+    if not isinstance(raw, bytes):
+        return ""
+    try:
+        headers = BytesHeaderParser(policy=policy.default).parsebytes(raw)
+        return ",".join(_addresses(headers, "From"))
+    except Exception:  # a malformed header: read (and refused) with the whole mail
+        return ""
 
 
 def _domain(address: str) -> str:
@@ -393,18 +408,30 @@ class EmailTransport:
         """Take every unseen message; search again until none is left, so mail that arrived
         while we worked is not left waiting for the next IDLE round."""
         while uids := sorted(await self._call(client.search, ["UNSEEN"])):
-            for uid in uids:
-                await self._take(client, handler, uid)
+            for start in range(0, len(uids), _FETCH):
+                await self._take(client, handler, uids[start : start + _FETCH])
 
-    async def _take(self, client: IMAPClient, handler: InboundHandler, uid: int) -> None:
-        """One message: read it without marking it, hand it over, then mark it seen."""
-        fetched = await self._call(client.fetch, [uid], ["BODY.PEEK[]"])
-        raw = fetched.get(uid, {}).get(b"BODY[]")
-        if isinstance(raw, bytes):
-            inbound = await self._read(raw, uid)
-            if inbound is not None:
-                await handler(inbound)  # returns once persisted
-        await self._call(client.add_flags, [uid], [b"\\Seen"])
+    async def _take(self, client: IMAPClient, handler: InboundHandler, uids: list[int]) -> None:
+        """Messages read without marking them (one command), handed over by sender (see
+        take_by_chat), then those taken marked seen (one command). One that failed stays
+        unseen, and with it what its sender sent after it: taken again at the next drain."""
+        fetched = await self._call(client.fetch, uids, ["BODY.PEEK[]"])
+        mails = [(uid, fetched.get(uid, {}).get(b"BODY[]")) for uid in uids]
+        taken: list[int] = []
+
+        async def take(mail: tuple[int, object]) -> None:
+            uid, raw = mail
+            if isinstance(raw, bytes):
+                inbound = await self._read(raw, uid)
+                if inbound is not None:
+                    await handler(inbound)  # returns once persisted
+            taken.append(uid)
+
+        failed = await take_by_chat(mails, lambda mail: _sender_of(mail[1]), take)
+        if taken:
+            await self._call(client.add_flags, sorted(taken), [b"\\Seen"])
+        if failed:
+            raise failed[min(failed)]
 
     async def _read(self, raw: bytes, uid: int) -> Inbound | None:
         try:

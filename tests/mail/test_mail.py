@@ -14,6 +14,7 @@ import pytest
 from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
 from rousseau.config import ApproverConfig, RuleConfig, load_config
+from rousseau.transports.base import Inbound
 from rousseau.transports.mail import (
     EmailTransport,
     body_text,
@@ -329,3 +330,62 @@ async def test_send_file_attaches_the_file_to_the_reply(
     assert (part.get_filename(), part.get_content_type()) == ("table.csv", "text/csv")
     assert part.get_payload(decode=True) == b"a,b\n1,2\n"
     assert file_mail.get_body(preferencelist=("plain",)).get_content().strip() == "The table."
+
+
+async def test_a_drain_takes_its_senders_side_by_side(harness: EmailHarness) -> None:
+    """Mail from two senders waiting together is handed over together (so it is stored in
+    one commit), not one sender after the other; then it is all marked seen."""
+    senders = (harness.owner, "friend@example.org")
+    for sender in senders:
+        harness.deliver(mail(sender, [harness.address], f"from {sender}"))
+    arrived = {sender: anyio.Event() for sender in senders}
+    taken: list[str] = []
+
+    async def both_at_once(inbound: Inbound) -> None:
+        arrived[inbound.sender_id].set()
+        with anyio.fail_after(10):  # one sender after the other never gets past this
+            for event in arrived.values():
+                await event.wait()
+        taken.append(inbound.sender_id)
+
+    transport = harness.transport()
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                await tg.start(transport.run, both_at_once)
+                while len(taken) < 2:
+                    await anyio.sleep(0.05)
+                await transport.stop()
+    finally:
+        await transport.aclose()
+    assert sorted(taken) == sorted(senders)
+    flags = harness.dovecot.flags(harness.user).values()
+    assert len(flags) == 2 and all(b"\\Seen" in f for f in flags)
+
+
+async def test_a_failed_mail_stays_unseen_and_the_other_senders_are_taken(
+    harness: EmailHarness,
+) -> None:
+    harness.deliver(mail(harness.owner, [harness.address], "fails"))
+    harness.deliver(mail("friend@example.org", [harness.address], "fine"))
+    taken: list[str] = []
+
+    async def fails_one(inbound: Inbound) -> None:
+        if inbound.text.startswith("fails"):
+            raise OSError("the disk is full")
+        taken.append(inbound.text)
+
+    transport = harness.transport()
+    failures: tuple[BaseException, ...] = ()
+    try:
+        with anyio.fail_after(30):
+            try:
+                await transport.run(fails_one)
+            except* OSError as group:
+                failures = group.exceptions
+    finally:
+        await transport.aclose()
+    assert [str(e) for e in failures] == ["the disk is full"]
+    assert [t.strip() for t in taken] == ["fine"]
+    seen = sorted(b"\\Seen" in f for f in harness.dovecot.flags(harness.user).values())
+    assert seen == [False, True], "the failed one is taken again at the next drain"
