@@ -486,7 +486,11 @@ class Router:
             )
             outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
             preview = self._preview(inbound, progress.preview)
-            answer = await self._turn(session, inbound, preview)
+            try:
+                answer = await self._turn(session, inbound, preview)
+            except StoreError:
+                await self._settle_history(inbound, session.id)
+                raise
             hint = await self._voice_hint(inbound)
             # Committed with the turn's queued history, which it fails with if that was lost.
             await self._reply(
@@ -499,6 +503,15 @@ class Router:
             )
             if hint:
                 await self._kv(inbound.transport).set(_HINTED + inbound.chat_id, "1")
+
+    async def _settle_history(self, inbound: Inbound, session_id: str) -> None:
+        """A turn failed on the store before its finish: its queued history writes are
+        waited for, a lost one reported now with that failure (the retry's finish would
+        otherwise fail on it again)."""
+        history = self._agent(inbound).options.history
+        if history is not None:
+            with contextlib.suppress(Exception):
+                await history.flush(session_id)
 
     async def _voice_hint(self, inbound: Inbound) -> str:
         """The voice hint, if this message carried audio and its chat was never told."""

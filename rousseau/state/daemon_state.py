@@ -197,7 +197,8 @@ class DaemonState:
 
     async def mark_appended(self, inbound: Inbound, session_id: str) -> None:
         """Queued right after the user message's append: remembers that message's row, so a
-        replay neither appends it twice nor runs a turn that already finished."""
+        replay neither appends it twice nor runs a turn that already finished. Not made if
+        that append failed: a retry appends the message again."""
 
         def op(db: sqlite3.Connection) -> None:
             db.execute(
@@ -206,7 +207,7 @@ class DaemonState:
                 (session_id, inbound.transport, inbound.message_id),
             )
 
-        await self.store.submit(op, key=session_id)
+        await self.store.submit(op, key=session_id, after=session_id)
 
     async def progress(self, inbound: Inbound, session_id: str) -> Progress:
         """Where an inbound's turn got to before a stop or a failure, in one read."""

@@ -148,15 +148,20 @@ class Store:
         return StoreError(f"session store: {exc}")
 
     async def submit(
-        self, fn: Callable[[sqlite3.Connection], object], *, key: str | None = None
+        self,
+        fn: Callable[[sqlite3.Connection], object],
+        *,
+        key: str | None = None,
+        after: str | None = None,
     ) -> None:
         """Queue a write without waiting for its commit; later operations run after it.
 
-        If it fails, `flush(key)` raises (so a turn whose history was not saved fails).
+        If it fails, `flush(key)` raises (so a turn whose history was not saved fails). With
+        `after`, it is made only if the writes queued under that key before it were.
         """
         if self._worker.stopped:
             raise StoreError("the session store is closed")
-        await self._worker.submit(fn, key=key)
+        await self._worker.submit(fn, key=key, after=after)
 
     # -- operations (run on the worker thread) --------------------------------------------
 

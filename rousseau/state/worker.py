@@ -154,11 +154,13 @@ class DBWorker:
         finally:
             expiry.cancel()
 
-    async def submit(self, fn: Op, *, key: str | None = None) -> None:
+    async def submit(self, fn: Op, *, key: str | None = None, after: str | None = None) -> None:
         """Queue a write without waiting for it; later work on this worker runs after it.
 
         A failure is reported to `on_error` and, with a `key`, remembered until
-        `raise_lost(key)` reports it. Past MAX_PENDING queued writes, wait for them.
+        `raise_lost(key)` reports it. A write `after` a key is not made if a write queued
+        under that key before it failed: it fails with that error (remembered under its own
+        key). Past MAX_PENDING queued writes, wait for them.
         """
 
         def done(job: _Job) -> None:
@@ -174,7 +176,7 @@ class DBWorker:
         with self._pending_lock:
             self._pending += 1
             crowded = self._pending > MAX_PENDING
-        job = _Job(fn, True, done, key=key)
+        job = _Job(fn, True, done, key=key, after=after)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: straight to the thread
@@ -438,17 +440,16 @@ class DBWorker:
         """Run a write, unless it is `after` a key whose queued write failed, in this
         transaction (`failed`, by key) or an earlier one: it then takes that failure."""
         if job.after is not None:
-            if job.after in failed:
-                lost = failed.pop(job.after)
-                for each in lost:
-                    each.reported = True
-                job.error = lost[0].error
-                return
-            with self._pending_lock:
-                job.error = self._lost.pop(job.after, None)
-            if job.error is not None:
-                return
-        _run(conn, job)
+            earlier = failed.pop(job.after, [])
+            for each in earlier:
+                each.reported = True
+            if earlier:
+                job.error = earlier[0].error
+            else:
+                with self._pending_lock:
+                    job.error = self._lost.pop(job.after, None)
+        if job.error is None:
+            _run(conn, job)
         if job.error is not None and job.key is not None:
             failed.setdefault(job.key, []).append(job)
 

@@ -459,3 +459,43 @@ async def test_a_turn_whose_history_was_not_saved_is_not_answered_but_retried(
     )
     assert [r[0] for r in roles] == ["user", "assistant"]
     store.close()
+
+
+async def test_a_turn_failing_on_the_store_reports_its_lost_history_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history write lost in a turn that then fails on the store is reported with that
+    failure: the retry starts clean, with one model call."""
+    import rousseau.router
+
+    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
+    store = Store(tmp_path / "s.db")
+    real_append = Store._append
+    real_prepare = Agent._prepare
+    failures = {"append": 1, "prepare": 1}
+
+    def append(session_id: str, message: Message, usage: Any) -> Callable[[Any], None]:
+        op = real_append(session_id, message, usage)
+        if message.role.value != "user" or not failures["append"]:
+            return op
+        failures["append"] -= 1
+
+        def lost(db: sqlite3.Connection) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        return lost
+
+    async def prepare(self: Agent, session: Any) -> None:
+        if failures["prepare"]:
+            failures["prepare"] -= 1
+            raise StoreError("session store: disk I/O error")
+        await real_prepare(self, session)
+
+    monkeypatch.setattr(Store, "_append", staticmethod(append))
+    monkeypatch.setattr(Agent, "_prepare", prepare)
+    model = Echo()
+    async with running(store, FunctionProvider(model)) as (_, transports):
+        await transports["memory"].inject("hi", message_id="h1")
+        assert await settle(transports["memory"], 1) == ["echo: hi"]
+    assert model.calls == ["hi"], "no second model call for a failure already reported"
+    store.close()

@@ -326,3 +326,21 @@ async def test_urgent_writes_waiting_together_share_one_commit(tmp_path: Path) -
     assert sorted(outcomes) == ["failed", "ok", "ok"], "a failure spares the others"
     assert await _count(worker) == 2
     worker.stop()
+
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["same batch", "earlier batch"])
+async def test_a_queued_write_after_a_failed_one_of_its_key_is_not_made(
+    tmp_path: Path, earlier: bool
+) -> None:
+    worker = _worker(tmp_path / "w.db")
+    worker.on_error = lambda exc: None
+    await worker.submit(_failing, key="s")
+    if earlier:
+        await worker.flush()
+    await worker.submit(_filling, key="s", after="s")
+    await worker.flush()
+    assert await _count(worker) == 0, "not made: the write it follows was lost"
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        worker.raise_lost("s")  # still reported, to whoever checks the key next
+    worker.raise_lost("s")  # once
+    worker.stop()
