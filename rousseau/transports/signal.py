@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import subprocess
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ GROUP_PREFIX = "group:"
 _MENTION_MARK = "\ufffc"  # where signal puts a mention in the text
 _REQUEST_TIMEOUT = 30.0
 _DRAIN_TIMEOUT = 10.0
+_IN_HAND = 64
+"""Received messages held at once, not yet stored: past it, signal-cli's output waits."""
 """Seconds a stopping transport waits for what signal-cli printed to be handed over."""
 MAX_FILE_BYTES = 100_000_000
 """Signal's limit on one attachment."""
@@ -175,19 +178,39 @@ class SignalTransport:
         handler: InboundHandler,
         scope: anyio.CancelScope,
     ) -> None:
-        """Each received message, its files taken in, to the handler; once signal-cli has
-        exited and all it printed was handed over, the transport's run ends."""
-        async with received:
-            async for params in received:
-                await self._take(params, handler)
-        scope.cancel()
+        """Each received message, its files taken in, to the handler: each chat's in order,
+        the chats side by side, so a burst is stored together and a slow chat holds up no
+        other. Once signal-cli has exited and all it printed was handed over, the
+        transport's run ends."""
+        lanes: dict[str, deque[tuple[Inbound, list[Incoming]]]] = {}
+        in_hand = anyio.Semaphore(_IN_HAND)
 
-    async def _take(self, params: dict[str, Any], handler: InboundHandler) -> None:
-        found = self._normalise(params.get("envelope") or {})
-        if found is not None:
-            inbound, files = found
-            inbound = await take_files(inbound, self.media, files, unavailable=(FileNotFoundError,))
-            await handler(inbound)
+        async def lane(chat: str, queue: deque[tuple[Inbound, list[Incoming]]]) -> None:
+            try:
+                while queue:
+                    inbound, files = queue[0]
+                    inbound = await take_files(
+                        inbound, self.media, files, unavailable=(FileNotFoundError,)
+                    )
+                    await handler(inbound)
+                    queue.popleft()
+                    in_hand.release()
+            finally:
+                del lanes[chat]
+
+        async with received, anyio.create_task_group() as tg:
+            async for params in received:
+                found = self._normalise(params.get("envelope") or {})
+                if found is None:
+                    continue
+                await in_hand.acquire()
+                chat = found[0].chat_id
+                queue = lanes.get(chat)
+                if queue is None:
+                    queue = lanes[chat] = deque()
+                    tg.start_soon(lane, chat, queue)
+                queue.append(found)
+        scope.cancel()
 
     def _normalise(self, envelope: dict[str, Any]) -> tuple[Inbound, list[Incoming]] | None:
         data = envelope.get("dataMessage")
