@@ -7,7 +7,7 @@ import datetime
 import ipaddress
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -151,3 +151,52 @@ async def receiving(transport: Transport) -> AsyncIterator[list[Inbound]]:
         await tg.start(transport.run, handler)
         yield received
         await transport.stop()
+
+
+@asynccontextmanager
+async def running_transport(
+    transport: Transport, handler: Callable[[Inbound], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """Run a transport alone with `handler` (30 s at most) until the block ends; then it is
+    stopped and closed."""
+    import anyio
+
+    try:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                await tg.start(transport.run, handler)
+                yield
+                await transport.stop()
+    finally:
+        await transport.aclose()
+
+
+async def until(check: Callable[[], bool]) -> None:
+    import anyio
+
+    while not check():
+        await anyio.sleep(0.05)
+
+
+class SideBySide:
+    """A handler under which each chat's message waits until every chat's has arrived: a
+    transport taking one chat after the other times out in it. `taken` lists the chats
+    (or what `by` says of each message) in the order their messages got through."""
+
+    def __init__(
+        self, chats: Iterable[str], by: Callable[[Inbound], str] = lambda i: i.chat_id
+    ) -> None:
+        import anyio
+
+        self.arrived = {chat: anyio.Event() for chat in chats}
+        self.by = by
+        self.taken: list[str] = []
+
+    async def __call__(self, inbound: Inbound) -> None:
+        import anyio
+
+        self.arrived[self.by(inbound)].set()
+        with anyio.fail_after(10):
+            for event in self.arrived.values():
+                await event.wait()
+        self.taken.append(self.by(inbound))

@@ -72,6 +72,27 @@ def texts(transport: MemoryTransport) -> list[str]:
     return [m.text for m in transport.sent]
 
 
+def lose_once(monkeypatch: pytest.MonkeyPatch, role: str) -> None:
+    """The first history write of a `role` message fails, its statements run and undone (as
+    an I/O error at the end of a write would)."""
+    real_append = Store._append
+    failures = [1]
+
+    def append(session_id: str, message: Message, usage: Any) -> Callable[[Any], None]:
+        op = real_append(session_id, message, usage)
+        if message.role.value != role or not failures[0]:
+            return op
+        failures[0] -= 1
+
+        def lost(db: sqlite3.Connection) -> None:
+            op(db)
+            raise sqlite3.OperationalError("disk I/O error")
+
+        return lost
+
+    monkeypatch.setattr(Store, "_append", staticmethod(append))
+
+
 async def settle(transport: MemoryTransport, count: int) -> list[str]:
     await transport.wait_sent(count)
     await anyio.sleep(0.3)  # anything sent twice would show up by now
@@ -433,22 +454,7 @@ async def test_a_turn_whose_history_was_not_saved_is_not_answered_but_retried(
 
     monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
     store = Store(tmp_path / "s.db")
-    real_append = Store._append
-    failures = [1]
-
-    def append(session_id: str, message: Message, usage: Any) -> Callable[[Any], None]:
-        op = real_append(session_id, message, usage)
-        if message.role.value != "assistant" or not failures[0]:
-            return op
-        failures[0] -= 1
-
-        def lost(db: sqlite3.Connection) -> None:
-            op(db)
-            raise sqlite3.OperationalError("disk I/O error")
-
-        return lost
-
-    monkeypatch.setattr(Store, "_append", staticmethod(append))
+    lose_once(monkeypatch, "assistant")
     model = Echo()
     async with running(store, FunctionProvider(model)) as (_, transports):
         await transports["memory"].inject("hi", message_id="h1")
@@ -470,28 +476,16 @@ async def test_a_turn_failing_on_the_store_reports_its_lost_history_with_it(
 
     monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
     store = Store(tmp_path / "s.db")
-    real_append = Store._append
+    lose_once(monkeypatch, "user")
     real_prepare = Agent._prepare
-    failures = {"append": 1, "prepare": 1}
-
-    def append(session_id: str, message: Message, usage: Any) -> Callable[[Any], None]:
-        op = real_append(session_id, message, usage)
-        if message.role.value != "user" or not failures["append"]:
-            return op
-        failures["append"] -= 1
-
-        def lost(db: sqlite3.Connection) -> None:
-            raise sqlite3.OperationalError("disk I/O error")
-
-        return lost
+    failures = [1]
 
     async def prepare(self: Agent, session: Any) -> None:
-        if failures["prepare"]:
-            failures["prepare"] -= 1
+        if failures[0]:
+            failures[0] -= 1
             raise StoreError("session store: disk I/O error")
         await real_prepare(self, session)
 
-    monkeypatch.setattr(Store, "_append", staticmethod(append))
     monkeypatch.setattr(Agent, "_prepare", prepare)
     model = Echo()
     async with running(store, FunctionProvider(model)) as (_, transports):

@@ -23,7 +23,7 @@ from rousseau.transports.mail import (
     suspicion,
 )
 from tests.fakes.smtp import SMTPSink
-from tests.helpers import serving
+from tests.helpers import SideBySide, running_transport, serving, until
 from tests.mail.dovecot import Dovecot
 from tests.transports.harness_email import EmailHarness, mail
 from tests.transports.test_conformance import act, daemon, delivered, settle
@@ -338,27 +338,10 @@ async def test_a_drain_takes_its_senders_side_by_side(harness: EmailHarness) -> 
     senders = (harness.owner, "friend@example.org")
     for sender in senders:
         harness.deliver(mail(sender, [harness.address], f"from {sender}"))
-    arrived = {sender: anyio.Event() for sender in senders}
-    taken: list[str] = []
-
-    async def both_at_once(inbound: Inbound) -> None:
-        arrived[inbound.sender_id].set()
-        with anyio.fail_after(10):  # one sender after the other never gets past this
-            for event in arrived.values():
-                await event.wait()
-        taken.append(inbound.sender_id)
-
-    transport = harness.transport()
-    try:
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                await tg.start(transport.run, both_at_once)
-                while len(taken) < 2:
-                    await anyio.sleep(0.05)
-                await transport.stop()
-    finally:
-        await transport.aclose()
-    assert sorted(taken) == sorted(senders)
+    both = SideBySide(senders, by=lambda inbound: inbound.sender_id)
+    async with running_transport(harness.transport(), both):
+        await until(lambda: len(both.taken) == 2)
+    assert sorted(both.taken) == sorted(senders)
     flags = harness.dovecot.flags(harness.user).values()
     assert len(flags) == 2 and all(b"\\Seen" in f for f in flags)
 

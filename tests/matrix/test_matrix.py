@@ -18,6 +18,7 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
 from rousseau.transports.base import Inbound, MemoryKeyValue
+from tests.helpers import SideBySide, running_transport, until
 from tests.matrix.synapse import Synapse
 from tests.transports.harness_matrix import MatrixHarness
 
@@ -170,32 +171,15 @@ async def test_a_sync_takes_its_rooms_side_by_side(synapse: Synapse) -> None:
 
     first = harness.transport()
     first.bind_state(state)
-    async with anyio.create_task_group() as tg:
-        await tg.start(first.run, nothing)
+    async with running_transport(first, nothing):
         for room in rooms:  # invited by their owner: joined
             await anyio.to_thread.run_sync(harness._wait_bot_joined, room)
-        await first.stop()
-    await first.aclose()
     # While it is stopped, a message in each room: the next sync brings both.
     await anyio.to_thread.run_sync(harness._say, harness.alice, rooms[0], "one")
     await anyio.to_thread.run_sync(harness._say, harness.alice, rooms[1], "two")
-    arrived = {room: anyio.Event() for room in rooms}
-    taken: list[str] = []
-
-    async def both_at_once(inbound: Inbound) -> None:
-        arrived[inbound.chat_id].set()
-        with anyio.fail_after(10):  # one room after the other never gets past this
-            for event in arrived.values():
-                await event.wait()
-        taken.append(inbound.text)
-
     second = harness.transport()
     second.bind_state(state)
-    with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            await tg.start(second.run, both_at_once)
-            while len(taken) < 2:
-                await anyio.sleep(0.05)
-            await second.stop()
-    await second.aclose()
-    assert sorted(taken) == ["one", "two"]
+    both = SideBySide(rooms)
+    async with running_transport(second, both):
+        await until(lambda: len(both.taken) == 2)
+    assert sorted(both.taken) == sorted(rooms)

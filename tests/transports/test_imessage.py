@@ -15,6 +15,7 @@ from rousseau.media import BlobStore, MediaIntake
 from rousseau.transports.base import Inbound, MemoryKeyValue, Outbound
 from rousseau.transports.imessage import IMessageError, IMessageTransport
 from tests.fakes.bluebubbles import PASSWORD
+from tests.helpers import SideBySide, running_transport, until
 from tests.transports.harness_imessage import IMessageHarness
 from tests.transports.test_conformance import act, daemon, delivered, settle
 
@@ -153,28 +154,12 @@ async def test_a_page_takes_its_chats_side_by_side(harness: IMessageHarness) -> 
     chats = (harness.dm_chat, harness.group_chat)
     for text, chat in zip(("one", "two"), chats, strict=True):
         harness.server.receive(text, sender=harness.owner, chat=chat, at=at)
-    arrived = {chat: anyio.Event() for chat in chats}
-    taken: list[str] = []
-
-    async def both_at_once(inbound: Inbound) -> None:
-        arrived[inbound.chat_id].set()
-        with anyio.fail_after(10):  # one chat after the other never gets past this
-            for event in arrived.values():
-                await event.wait()
-        taken.append(inbound.text)
-
     transport = harness.transport()
     transport.bind_state(state)
-    try:
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                await tg.start(transport.run, both_at_once)
-                while len(taken) < 2:
-                    await anyio.sleep(0.05)
-                await transport.stop()
-    finally:
-        await transport.aclose()
-    assert sorted(taken) == ["one", "two"]
+    both = SideBySide(chats)
+    async with running_transport(transport, both):
+        await until(lambda: len(both.taken) == 2)
+    assert sorted(both.taken) == sorted(chats)
     cursor = json.loads(await state.get("cursor") or "{}")
     assert cursor["at"] == at and len(cursor["guids"]) == 2
 
