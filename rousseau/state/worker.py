@@ -136,7 +136,9 @@ class DBWorker:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another anyio backend: take the portable, slower path
-            return await anyio.to_thread.run_sync(lambda: self.call_sync(fn, write=write))
+            return await anyio.to_thread.run_sync(
+                lambda: self.call_sync(fn, write=write, after=after)
+            )
         future: asyncio.Future[Any] = loop.create_future()
         job = _Job(fn, write, partial(self._answer, future), after=after)
         if urgent:
@@ -207,10 +209,12 @@ class DBWorker:
         *,
         write: bool = False,
         timeout: float | None = None,
+        after: str | None = None,
     ) -> T:
-        """Run `fn(conn)` on the worker and block until it is done (for threads and the CLI)."""
+        """Run `fn(conn)` on the worker and block until it is done (for threads and the CLI;
+        `after` as in `call`)."""
         finished = threading.Event()
-        job = _Job(fn, write, lambda _: finished.set())
+        job = _Job(fn, write, lambda _: finished.set(), after=after)
         self._hand_over()  # after what this loop queued, if called on one
         self._submit(job)
         limit = self.timeout if timeout is None else timeout

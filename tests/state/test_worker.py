@@ -344,3 +344,18 @@ async def test_a_queued_write_after_a_failed_one_of_its_key_is_not_made(
         worker.raise_lost("s")  # still reported, to whoever checks the key next
     worker.raise_lost("s")  # once
     worker.stop()
+
+
+async def test_a_blocking_write_after_a_failed_write_of_its_key_is_not_made(
+    tmp_path: Path,
+) -> None:
+    """The same, for a thread's (or another async library's) blocking call."""
+    worker = _worker(tmp_path / "w.db")
+    worker.on_error = lambda exc: None
+    await worker.submit(_failing, key="s")
+    await worker.flush()
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        worker.call_sync(_filling, write=True, after="s")
+    worker.call_sync(_filling, write=True, after="s")
+    assert await _count(worker) == 1
+    worker.stop()
