@@ -58,9 +58,9 @@ _BLOCKS = frozenset(
 )
 _SKIP = frozenset({"script", "style", "head", "title"})
 _TRY_LATER = ("[UNAVAILABLE]", "[INUSE]")
+"""IMAP response codes (RFC 5530) of a login refused for now, not for good."""
 _FETCH = 20
 """Unseen mails fetched in one command (their bodies are held at once)."""
-"""IMAP response codes (RFC 5530) of a login refused for now, not for good."""
 
 
 class MailError(TransportError):

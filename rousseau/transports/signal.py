@@ -42,9 +42,9 @@ GROUP_PREFIX = "group:"
 _MENTION_MARK = "\ufffc"  # where signal puts a mention in the text
 _REQUEST_TIMEOUT = 30.0
 _DRAIN_TIMEOUT = 10.0
+"""Seconds a stopping transport waits for what signal-cli printed to be handed over."""
 _IN_HAND = 64
 """Received messages held at once, not yet stored: past it, signal-cli's output waits."""
-"""Seconds a stopping transport waits for what signal-cli printed to be handed over."""
 MAX_FILE_BYTES = 100_000_000
 """Signal's limit on one attachment."""
 _UNREGISTERED = ("is not registered", "authorization failed")
