@@ -233,7 +233,7 @@ class IMessageTransport:
         files = self.media is not None and bool(message.get("attachments"))
         if not (text or files) or not chats or not sender:
             return None  # reactions, system messages (and files, unless taken in)
-        chat = str(chats[0].get("guid") or "")
+        chat = _chat_guid(message)
         group = is_group_chat(chat)
         return Inbound(
             transport=self.name,
