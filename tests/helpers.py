@@ -200,3 +200,14 @@ class SideBySide:
             for event in self.arrived.values():
                 await event.wait()
         self.taken.append(self.by(inbound))
+
+
+async def taken_side_by_side(
+    transport: Transport, chats: Iterable[str], by: Callable[[Inbound], str] = lambda i: i.chat_id
+) -> list[str]:
+    """Run `transport` under a SideBySide handler until every chat's message got through;
+    what `by` says of each, in the order they did."""
+    both = SideBySide(chats, by)
+    async with running_transport(transport, both):
+        await until(lambda: len(both.taken) == len(both.arrived))
+    return both.taken

@@ -68,6 +68,14 @@ async def running(
         tg.cancel_scope.cancel()
 
 
+@pytest.fixture
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed turn is retried within 50 ms."""
+    import rousseau.router
+
+    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
+
+
 def texts(transport: MemoryTransport) -> list[str]:
     return [m.text for m in transport.sent]
 
@@ -185,12 +193,10 @@ async def test_a_store_error_in_delivery_retries_and_sends_once(
     store.close()
 
 
+@pytest.mark.usefixtures("fast_retries")
 async def test_a_poison_message_fails_alone_and_the_next_is_answered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rousseau.router
-
-    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
     store = Store(tmp_path / "s.db")
     real_append = Router._append_user
 
@@ -447,12 +453,10 @@ async def test_a_turns_answer_is_committed_with_its_history(
     store.close()
 
 
+@pytest.mark.usefixtures("fast_retries")
 async def test_a_turn_whose_history_was_not_saved_is_not_answered_but_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rousseau.router
-
-    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
     store = Store(tmp_path / "s.db")
     lose_once(monkeypatch, "assistant")
     model = Echo()
@@ -467,14 +471,12 @@ async def test_a_turn_whose_history_was_not_saved_is_not_answered_but_retried(
     store.close()
 
 
+@pytest.mark.usefixtures("fast_retries")
 async def test_a_turn_failing_on_the_store_reports_its_lost_history_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A history write lost in a turn that then fails on the store is reported with that
     failure: the retry starts clean, with one model call."""
-    import rousseau.router
-
-    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
     store = Store(tmp_path / "s.db")
     lose_once(monkeypatch, "user")
     real_prepare = Agent._prepare

@@ -23,7 +23,7 @@ from rousseau.transports.mail import (
     suspicion,
 )
 from tests.fakes.smtp import SMTPSink
-from tests.helpers import SideBySide, running_transport, serving, until
+from tests.helpers import serving, taken_side_by_side
 from tests.mail.dovecot import Dovecot
 from tests.transports.harness_email import EmailHarness, mail
 from tests.transports.test_conformance import act, daemon, delivered, settle
@@ -338,10 +338,8 @@ async def test_a_drain_takes_its_senders_side_by_side(harness: EmailHarness) -> 
     senders = (harness.owner, "friend@example.org")
     for sender in senders:
         harness.deliver(mail(sender, [harness.address], f"from {sender}"))
-    both = SideBySide(senders, by=lambda inbound: inbound.sender_id)
-    async with running_transport(harness.transport(), both):
-        await until(lambda: len(both.taken) == 2)
-    assert sorted(both.taken) == sorted(senders)
+    taken = await taken_side_by_side(harness.transport(), senders, by=lambda i: i.sender_id)
+    assert sorted(taken) == sorted(senders)
     flags = harness.dovecot.flags(harness.user).values()
     assert len(flags) == 2 and all(b"\\Seen" in f for f in flags)
 

@@ -18,7 +18,7 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
 from rousseau.transports.base import Inbound, MemoryKeyValue
-from tests.helpers import SideBySide, running_transport, until
+from tests.helpers import running_transport, taken_side_by_side
 from tests.matrix.synapse import Synapse
 from tests.transports.harness_matrix import MatrixHarness
 
@@ -179,7 +179,4 @@ async def test_a_sync_takes_its_rooms_side_by_side(synapse: Synapse) -> None:
     await anyio.to_thread.run_sync(harness._say, harness.alice, rooms[1], "two")
     second = harness.transport()
     second.bind_state(state)
-    both = SideBySide(rooms)
-    async with running_transport(second, both):
-        await until(lambda: len(both.taken) == 2)
-    assert sorted(both.taken) == sorted(rooms)
+    assert sorted(await taken_side_by_side(second, rooms)) == sorted(rooms)

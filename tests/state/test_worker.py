@@ -254,6 +254,17 @@ async def _count(worker: DBWorker) -> int:
     return int(await worker.call(lambda db: db.execute("SELECT count(*) FROM blobs").fetchone()[0]))
 
 
+async def _after_a_lost_write(tmp_path: Path, earlier: bool) -> DBWorker:
+    """A worker with a write under "s" queued and failing: in a batch of its own already
+    (`earlier`), or still to come in the next one."""
+    worker = _worker(tmp_path / "w.db")
+    worker.on_error = lambda exc: None
+    await worker.submit(_failing, key="s")
+    if earlier:
+        await worker.flush()  # the failure is committed around, and remembered
+    return worker
+
+
 async def test_a_write_after_a_key_commits_with_the_writes_queued_under_it(
     tmp_path: Path,
 ) -> None:
@@ -272,12 +283,8 @@ async def test_a_write_after_a_key_commits_with_the_writes_queued_under_it(
 async def test_a_write_after_a_failed_write_of_its_key_is_not_made(
     tmp_path: Path, earlier: bool
 ) -> None:
-    worker = _worker(tmp_path / "w.db")
-    worker.on_error = lambda exc: None
-    await worker.submit(_failing, key="s")
+    worker = await _after_a_lost_write(tmp_path, earlier)
     await worker.submit(_filling, key="other")
-    if earlier:
-        await worker.flush()  # the failure is committed around, and remembered
     with pytest.raises(sqlite3.OperationalError, match="no such table"):
         await worker.call(_filling, write=True, after="s")
     assert await _count(worker) == 1, "only the other key's write was made"
@@ -332,11 +339,7 @@ async def test_urgent_writes_waiting_together_share_one_commit(tmp_path: Path) -
 async def test_a_queued_write_after_a_failed_one_of_its_key_is_not_made(
     tmp_path: Path, earlier: bool
 ) -> None:
-    worker = _worker(tmp_path / "w.db")
-    worker.on_error = lambda exc: None
-    await worker.submit(_failing, key="s")
-    if earlier:
-        await worker.flush()
+    worker = await _after_a_lost_write(tmp_path, earlier)
     await worker.submit(_filling, key="s", after="s")
     await worker.flush()
     assert await _count(worker) == 0, "not made: the write it follows was lost"
@@ -350,10 +353,7 @@ async def test_a_blocking_write_after_a_failed_write_of_its_key_is_not_made(
     tmp_path: Path,
 ) -> None:
     """The same, for a thread's (or another async library's) blocking call."""
-    worker = _worker(tmp_path / "w.db")
-    worker.on_error = lambda exc: None
-    await worker.submit(_failing, key="s")
-    await worker.flush()
+    worker = await _after_a_lost_write(tmp_path, earlier=True)
     with pytest.raises(sqlite3.OperationalError, match="no such table"):
         worker.call_sync(_filling, write=True, after="s")
     worker.call_sync(_filling, write=True, after="s")

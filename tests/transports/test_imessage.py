@@ -15,7 +15,7 @@ from rousseau.media import BlobStore, MediaIntake
 from rousseau.transports.base import Inbound, MemoryKeyValue, Outbound
 from rousseau.transports.imessage import IMessageError, IMessageTransport
 from tests.fakes.bluebubbles import PASSWORD
-from tests.helpers import SideBySide, running_transport, until
+from tests.helpers import taken_side_by_side
 from tests.transports.harness_imessage import IMessageHarness
 from tests.transports.test_conformance import act, daemon, delivered, settle
 
@@ -156,10 +156,7 @@ async def test_a_page_takes_its_chats_side_by_side(harness: IMessageHarness) -> 
         harness.server.receive(text, sender=harness.owner, chat=chat, at=at)
     transport = harness.transport()
     transport.bind_state(state)
-    both = SideBySide(chats)
-    async with running_transport(transport, both):
-        await until(lambda: len(both.taken) == 2)
-    assert sorted(both.taken) == sorted(chats)
+    assert sorted(await taken_side_by_side(transport, chats)) == sorted(chats)
     cursor = json.loads(await state.get("cursor") or "{}")
     assert cursor["at"] == at and len(cursor["guids"]) == 2
 
