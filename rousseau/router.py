@@ -492,7 +492,7 @@ class Router:
                 await self._settle_history(inbound, session.id)
                 raise
             hint = await self._voice_hint(inbound)
-            # Committed with the turn's queued history, which it fails with if that was lost.
+            # Written after the turn's queued history (and failing if that was lost).
             await self._reply(
                 inbound,
                 answer,

@@ -313,7 +313,7 @@ class DaemonState:
     ) -> None:
         """In one transaction: queue the reply parts and mark the inbound done (or failed,
         with its `error`, when it could not be answered). With the `history` of the turn (its
-        session id), that history's queued writes commit with it: if one failed, nothing is
+        session id), that history's queued writes are made first: if one failed, nothing is
         finished and its error is raised."""
         now = time.time()
         status = "done" if error is None else "failed"
