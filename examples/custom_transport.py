@@ -18,8 +18,8 @@ from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.log import configure_logging
+from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.router import ChatPolicy
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound
 
 
 class ListTransport:

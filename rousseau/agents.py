@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
+from rousseau.messages import DEFAULT_AGENT
+
 if TYPE_CHECKING:
     from rousseau.config import Config, RouteConfig
-    from rousseau.transports.base import Inbound
-
-DEFAULT_AGENT = "default"
-"""The agent of the top-level `agent:` section, and of every session before agents existed."""
+    from rousseau.messages import Inbound
 
 
 @dataclass(frozen=True, slots=True)

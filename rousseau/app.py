@@ -24,10 +24,10 @@ from rousseau.agent import (
     default_rules,
 )
 from rousseau.agent.approval import AskFn
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.approvals import SPLITTERS
 from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.media import BlobStore, MediaIntake
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.state import SessionStore
 from rousseau.tools import Registry, Sandbox, Subset, builtin_registry
 from rousseau.tools.hardening import make_undumpable

@@ -28,7 +28,7 @@ import structlog
 
 from rousseau.agent import ApprovalRequest, Decision, Splitter
 from rousseau.agent.approval import AskFn
-from rousseau.transports.base import Inbound, current_inbound
+from rousseau.messages import Inbound, current_inbound
 
 log = structlog.get_logger("rousseau.approvals")
 

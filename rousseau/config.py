@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from rousseau.agent.errors import ConfigError
-from rousseau.agents import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT
 
 DEFAULT_PATH = "~/.config/rousseau/config.yaml"
 DEFAULT_SYSTEM_PROMPT = (

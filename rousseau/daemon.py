@@ -27,7 +27,7 @@ from anyio.streams.stapled import MultiListener
 from rousseau import web
 from rousseau.agent import Agent, ConfigError, Provider, TransportAuthError
 from rousseau.agent.approval import AskFn
-from rousseau.agents import DEFAULT_AGENT, routes_of, turn_limits
+from rousseau.agents import routes_of, turn_limits
 from rousseau.app import build_agent, build_approver, build_registry, media_intake
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.backoff import backoff
@@ -36,6 +36,7 @@ from rousseau.cron import CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import mcp_tools
 from rousseau.media import move_to_workspace
 from rousseau.media.tool import SendFileTool
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.metrics import LagProbe, Metrics
 from rousseau.policy import ChatPolicy, RateLimiter
 from rousseau.policy import chat_policies as configured_policies
@@ -49,6 +50,7 @@ from rousseau.streaming import StreamSettings
 from rousseau.tools import Registry, Shared
 from rousseau.tools.fs import Workspace
 from rousseau.transports import build_transports
+from rousseau.transports.abilities import Abilities, TakesFiles
 from rousseau.transports.base import Transport
 
 if TYPE_CHECKING:
@@ -167,9 +169,8 @@ class Daemon:
             try:
                 for name, transport in self.transports.items():
                     transport.bind_state(backend.transport_state(name))
-                    bind_media = getattr(transport, "bind_media", None)
-                    if bind_media is not None:  # a transport that takes files in
-                        bind_media(self._media)
+                    if isinstance(transport, TakesFiles):
+                        transport.bind_media(self._media)
                 if self.provider is not None:
                     provider, name, why = self.provider, self.provider.name, "given by the caller"
                 else:
@@ -227,7 +228,7 @@ class Daemon:
         file_limits = {
             name: int(limit)
             for name, transport in self.transports.items()
-            if (limit := getattr(transport, "max_file_bytes", None))
+            if (limit := Abilities.of(transport).max_file_bytes)
         }
         if file_limits:  # a transport that can send files: the model may attach some
             workspace = Workspace(Path(config.agent.workspace).expanduser())
@@ -360,7 +361,7 @@ class Daemon:
         cluster = backend.cluster
         if cluster is not None:  # a page's reply goes out where the page is connected
             cluster.stays = frozenset(
-                name for name, t in self.transports.items() if getattr(t, "replies_stay", False)
+                name for name, t in self.transports.items() if Abilities.of(t).replies_stay
             )
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._signals)
@@ -372,7 +373,7 @@ class Daemon:
                 if router.approvals is not None:
                     tg.start_soon(router.approvals.hear)
             for transport in self.transports.values():
-                if cluster is not None and not getattr(transport, "shares_connections", False):
+                if cluster is not None and not Abilities.of(transport).shares_connections:
                     tg.start_soon(self._elected, transport, router, cluster)
                     continue
                 tg.start_soon(self._supervise, transport, router)

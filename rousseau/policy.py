@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import structlog
 
 from rousseau.approvals import ChatApprovals
+from rousseau.messages import Inbound
 from rousseau.state.protocol import DaemonStore
-from rousseau.transports.base import Inbound
 
 log = structlog.get_logger("rousseau.router")
 

@@ -42,6 +42,14 @@ from rousseau.agents import Routes
 from rousseau.approvals import ChatApprovals
 from rousseau.backoff import backoff
 from rousseau.delivery import Courier
+from rousseau.messages import (
+    Inbound,
+    KeyValue,
+    Outbound,
+    OutgoingFiles,
+    current_inbound,
+    outgoing_files,
+)
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import SessionStore, Store
@@ -52,19 +60,10 @@ from rousseau.streaming import (
     LEFTOVER,
     Preview,
     StreamSettings,
-    drafts_of,
-    edits_of,
     status_line,
 )
-from rousseau.transports.base import (
-    Inbound,
-    KeyValue,
-    Outbound,
-    OutgoingFiles,
-    Transport,
-    current_inbound,
-    outgoing_files,
-)
+from rousseau.transports.abilities import Abilities
+from rousseau.transports.base import Transport
 from rousseau.transports.split import split_message
 
 __all__ = ["FAILED_REPLY", "ChatPolicy", "RateLimiter", "Router", "ShuttingDown"]
@@ -265,6 +264,7 @@ class Router:
         self._sessions = _SessionCache()
         self._couriers: dict[str, Courier] = {}
         self._intake_failures: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._can = {name: Abilities.of(t) for name, t in self.transports.items()}
         self._running: dict[str, tuple[Inbound, anyio.CancelScope]] = {}
         """The turn running in each session, and the message it answers (what /stop
         cancels)."""
@@ -303,12 +303,12 @@ class Router:
     async def _ack(self, inbound: Inbound) -> None:
         """The receipt reaction, where the transport has reactions (best effort: a failure
         costs only the receipt)."""
-        react = getattr(self.transports.get(inbound.transport), "react", None)
-        if react is None:
+        reacts = self._abilities(inbound.transport).reacts
+        if reacts is None:
             return
         try:
             with anyio.fail_after(self.send_timeout):
-                await react(inbound, self.acks[inbound.transport])
+                await reacts.react(inbound, self.acks[inbound.transport])
         except Exception as exc:
             log.info("router.ack_failed", transport=inbound.transport, error=str(exc))
 
@@ -522,6 +522,9 @@ class Router:
         told = await self._kv(inbound.transport).get(_HINTED + inbound.chat_id)
         return "" if told else self.voice_hint
 
+    def _abilities(self, transport: str) -> Abilities:
+        return self._can.get(transport) or Abilities()
+
     def _agent(self, inbound: Inbound) -> Agent:
         return self.agents.get(inbound.agent, self.agent)
 
@@ -538,11 +541,11 @@ class Router:
         """A preview for this turn's reply, where its transport streams (continuing the
         messages an earlier try of the turn was shown in)."""
         settings = self.streaming.get(inbound.transport)
-        transport = self.transports.get(inbound.transport)
-        if settings is None or (edits := edits_of(transport, settings)) is None:
+        can = self._abilities(inbound.transport)
+        edits = can.edits
+        if settings is None or settings.streaming == "off" or edits is None:
             return None
-        native = settings.streaming == "native"
-        drafts = drafts_of(transport) if native else None
+        drafts = can.drafts if settings.streaming == "native" else None
         return Preview(
             transport=edits,
             chat_id=inbound.chat_id,
@@ -552,7 +555,7 @@ class Router:
             drafts=drafts if drafts is not None and not inbound.is_group else None,
             draft_id=zlib.crc32(inbound.message_id.encode()) or 1,
             interval=settings.interval,
-            raw=getattr(transport, "raw_previews", False),
+            raw=can.raw_previews,
         )
 
     async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:

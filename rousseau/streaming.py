@@ -14,12 +14,13 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal
 
 import anyio
 import structlog
 
 from rousseau.agent import ToolUse
+from rousseau.transports.abilities import Drafts, Edits
 from rousseau.transports.base import Throttled
 from rousseau.transports.split import split_message
 
@@ -34,33 +35,6 @@ WRITING = " …"
 LEFTOVER = "⋯"
 """What a preview message the answer does not need any more is edited to."""
 _FENCE = re.compile(r"^[ \t]*(```|~~~)", re.M)
-
-
-@runtime_checkable
-class Edits(Protocol):
-    """A transport that can show a reply as it grows: it sends a message, then edits it."""
-
-    name: str
-    max_length: int
-
-    def measure(self, text: str) -> int: ...
-
-    async def preview(
-        self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
-    ) -> str:
-        """Show `text`: a new message (`message_id` None) or that message edited; return the
-        message's id. Raises Throttled when the platform asks to slow down."""
-        ...
-
-
-@runtime_checkable
-class Drafts(Protocol):
-    """A transport with native drafts: a preview the app animates, gone once the answer is
-    sent (Telegram's sendMessageDraft, private chats only)."""
-
-    async def draft(self, chat_id: str, thread_id: str | None, text: str, *, draft_id: int) -> None:
-        """Show `text` as draft `draft_id`. Raises Throttled when asked to slow down."""
-        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,16 +207,3 @@ class Preview:
         except Exception as exc:  # a preview is a courtesy: the answer still comes whole
             self._next_at = self.clock() + FAILURE_PAUSE
             log.warning("streaming.update_failed", transport=self.transport.name, error=str(exc))
-
-
-def edits_of(transport: Any, settings: StreamSettings) -> Edits | None:
-    """The transport, if replies stream into its chats. (Asked for every message: a look for
-    the method costs a hundredth of `isinstance` with a protocol on Python 3.11.)"""
-    if settings.streaming == "off":
-        return None
-    return transport if callable(getattr(transport, "preview", None)) else None
-
-
-def drafts_of(transport: Any) -> Drafts | None:
-    """The transport, if it has native drafts."""
-    return transport if callable(getattr(transport, "draft", None)) else None

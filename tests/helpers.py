@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from rousseau.agent import Provider
     from rousseau.config import Config
     from rousseau.daemon import Daemon
+    from rousseau.messages import Inbound
     from rousseau.router import Router
-    from rousseau.transports.base import Inbound, MemoryTransport, Transport
+    from rousseau.transports.base import MemoryTransport, Transport
 
 _SCRIPT = Path(sys.executable).parent / "rousseau"
 ROUSSEAU = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "rousseau"]

@@ -23,13 +23,14 @@ import pytest
 
 from rousseau.agent import Agent, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
-from rousseau.agents import DEFAULT_AGENT, Routes
+from rousseau.agents import Routes
 from rousseau.config import ConfigError, RouteConfig, load_config
 from rousseau.cron import CronJobs
 from rousseau.daemon import Daemon
+from rousseau.messages import DEFAULT_AGENT, Inbound
 from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
-from rousseau.transports.base import Inbound, MemoryTransport
+from rousseau.transports.base import MemoryTransport
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.helpers import ROUSSEAU, routing
 from tests.transports.conformance import File

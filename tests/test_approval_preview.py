@@ -229,7 +229,7 @@ async def test_input_changed_while_the_owner_reads_it_is_refused() -> None:
     async def call() -> None:
         outcome.append(await run_tool(reg, approver, "s", use))
 
-    from rousseau.transports.base import Inbound
+    from rousseau.messages import Inbound
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)

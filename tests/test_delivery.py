@@ -10,10 +10,11 @@ import pytest
 
 from rousseau import delivery
 from rousseau.delivery import Courier
+from rousseau.messages import Outbound
 from rousseau.metrics import Metrics
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
-from rousseau.transports.base import MemoryTransport, Outbound
+from rousseau.transports.base import MemoryTransport
 
 pytestmark = pytest.mark.anyio
 

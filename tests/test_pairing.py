@@ -15,10 +15,11 @@ from structlog.testing import capture_logs
 
 from rousseau.agent import Agent, Options, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
+from rousseau.messages import Outbound
 from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import MAX_PENDING_CODES, DaemonState
-from rousseau.transports.base import MemoryTransport, Outbound
+from rousseau.transports.base import MemoryTransport
 from tests.helpers import ROUSSEAU
 
 pytestmark = pytest.mark.anyio

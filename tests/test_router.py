@@ -203,7 +203,7 @@ async def test_failed_sends_are_retried_and_sent_once() -> None:
 
 
 async def test_pending_inbound_is_replayed_after_a_crash(tmp_path: Path) -> None:
-    from rousseau.transports.base import Inbound
+    from rousseau.messages import Inbound
 
     store = Store(tmp_path / "s.db")
     inbound = Inbound(

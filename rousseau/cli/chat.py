@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.cli.common import close_provider, fail, load, open_store, state_folder
+from rousseau.messages import DEFAULT_AGENT
 
 if TYPE_CHECKING:
     from rousseau.config import Config

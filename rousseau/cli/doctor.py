@@ -9,8 +9,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.cli.common import close_provider, load, with_state
+from rousseau.messages import DEFAULT_AGENT
 
 if TYPE_CHECKING:
     from rousseau.config import Config

@@ -30,6 +30,7 @@ def send(args: argparse.Namespace) -> int:
     from rousseau.cron.targets import TargetError, parse_target
     from rousseau.state.lock import DaemonLock, DaemonRunningError
     from rousseau.transports import build_transports
+    from rousseau.transports.abilities import TakesFiles
 
     try:
         name, chat = parse_target(args.target)
@@ -43,9 +44,8 @@ def send(args: argparse.Namespace) -> int:
         raise ConfigError(f"{name} is not configured: add its section first")
     transport = build_transports(config, only=name)[name]
     media = media_intake(config, transcribing=False)  # it only sends
-    bind_media = getattr(transport, "bind_media", None)
-    if bind_media is not None:
-        bind_media(media)
+    if isinstance(transport, TakesFiles):
+        transport.bind_media(media)
     attachment = _stored(args.file, transport, media.blobs) if args.file is not None else None
     with open_store(args, config) as store:
         queued = anyio.run(_queue, store, transport, chat, text, attachment)
@@ -69,8 +69,9 @@ def _stored(path: str, transport: Transport, blobs: BlobStore) -> Attachment:
 
     from rousseau.agent import RousseauError
     from rousseau.media import media_type_of
+    from rousseau.transports.abilities import Abilities
 
-    limit = getattr(transport, "max_file_bytes", None)
+    limit = Abilities.of(transport).max_file_bytes
     if not limit:
         raise RousseauError(f"{transport.name} cannot send files")
     file = Path(path).expanduser()
@@ -87,8 +88,8 @@ def _stored(path: str, transport: Transport, blobs: BlobStore) -> Attachment:
 async def _queue(
     store: Store, transport: Transport, chat: str, text: str, attachment: Attachment | None
 ) -> int:
+    from rousseau.messages import Outbound
     from rousseau.state.daemon_state import DaemonState
-    from rousseau.transports.base import Outbound
     from rousseau.transports.split import split_message
 
     if attachment is not None:  # the text is its caption

@@ -35,7 +35,7 @@ def search(args: argparse.Namespace) -> int:
 
 def show(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
-    from rousseau.agents import DEFAULT_AGENT
+    from rousseau.messages import DEFAULT_AGENT
     from rousseau.transports.terminal import describe_call
 
     async def read(backend: Backend) -> tuple[Any, Any]:

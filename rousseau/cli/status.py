@@ -75,7 +75,7 @@ async def _cluster(backend: Backend) -> tuple[int, Usage]:
 
 def _agents(config: Config) -> None:
     """Each agent in a line, then the routing table in the order it is tried."""
-    from rousseau.agents import DEFAULT_AGENT
+    from rousseau.messages import DEFAULT_AGENT
     from rousseau.transports import TRANSPORTS
 
     for name in dict.fromkeys((DEFAULT_AGENT, *config.agents)):

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from rousseau.agent import RousseauError
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.cron.schedule import Schedule, ScheduleError, parse_schedule
 from rousseau.cron.targets import TargetError, parse_target
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.state import Store
 
 Misfire = Literal["run_once", "skip"]

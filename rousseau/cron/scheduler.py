@@ -18,11 +18,10 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from rousseau.agent import Agent, Attachment
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.cron.jobs import CronError, CronJob, Jobs, RunStatus
 from rousseau.cron.schedule import Schedule, ScheduleError
+from rousseau.messages import DEFAULT_AGENT, OutgoingFiles, outgoing_files
 from rousseau.state import SessionStore
-from rousseau.transports.base import OutgoingFiles, outgoing_files
 
 log = structlog.get_logger("rousseau.cron")
 

@@ -9,10 +9,9 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.cron.jobs import CronError, CronJob, Jobs
+from rousseau.messages import DEFAULT_AGENT, current_inbound
 from rousseau.tools import Tool
-from rousseau.transports.base import current_inbound
 
 
 def describe(job: CronJob) -> str:

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 from rousseau.agent import ToolCall, ToolOutput
 from rousseau.media import BlobStore, media_type_of
+from rousseau.messages import outgoing_files
 from rousseau.tools.base import WorkspaceTool, run_in_thread
 from rousseau.tools.fs import Workspace
-from rousseau.transports.base import outgoing_files
 
 MAX_CAPTION = 1000
 """Characters of a caption at most (Telegram's limit is 1024)."""

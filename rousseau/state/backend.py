@@ -17,8 +17,8 @@ from rousseau.state.protocol import DaemonStore, SessionStore
 from rousseau.state.store import Store
 
 if TYPE_CHECKING:
+    from rousseau.messages import KeyValue
     from rousseau.state.postgres_daemon import PostgresDaemonState
-    from rousseau.transports.base import KeyValue
 
 CLOSE_TIMEOUT = 5.0
 

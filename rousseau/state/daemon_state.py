@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rousseau.agent import Attachment, Content
-from rousseau.agents import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT, Inbound, Outbound
 from rousseau.state.store import Store
-from rousseau.transports.base import Inbound, Outbound
 
 MAX_PENDING_CODES = 20
 """Pending pairing codes per transport; a newcomer past it evicts the oldest (see pairing_code)."""

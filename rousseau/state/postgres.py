@@ -20,7 +20,7 @@ import structlog
 
 from rousseau.agent import Compaction, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
-from rousseau.agents import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.migrations import Migration
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.recall import CANDIDATES, RANKED, probed, rarest, words_of

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.cron.jobs import (
     _COLUMNS,
     CronError,
@@ -20,6 +19,7 @@ from rousseau.cron.jobs import (
     checked,
 )
 from rousseau.cron.jobs import _job as job_of
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.postgres import PostgresStore
 
 

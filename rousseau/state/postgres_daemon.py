@@ -23,7 +23,7 @@ import anyio
 import structlog
 
 from rousseau.agent import Attachment, Content, StoreError
-from rousseau.agents import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT, Inbound, Outbound
 from rousseau.state.daemon_state import (
     CODE_COLUMNS,
     MAX_PENDING_CODES,
@@ -44,7 +44,6 @@ from rousseau.state.daemon_state import (
     sent_files,
 )
 from rousseau.state.postgres import PostgresStore
-from rousseau.transports.base import Inbound, Outbound
 
 log = structlog.get_logger("rousseau.state")
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from rousseau.agent import Attachment, Role, Session, Usage
 from rousseau.agent.protocols import AuditLog, MessageLog, ToolCallRecord
-from rousseau.agents import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT
 
 if TYPE_CHECKING:
+    from rousseau.messages import Inbound, Outbound
     from rousseau.state.daemon_state import (
         OutboxRow,
         PairingCode,
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
         Progress,
         Retention,
     )
-    from rousseau.transports.base import Inbound, Outbound
 
 
 @dataclass(kw_only=True, slots=True)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Literal
 
 from rousseau.agent import Role, Session
-from rousseau.agents import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.protocol import Recalled, SessionStore
 
 Scope = Literal["sender", "all"]

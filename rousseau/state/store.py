@@ -20,7 +20,7 @@ import structlog
 
 from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
-from rousseau.agents import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.checkpoint import BACKSTOP_PAGES, Checkpointer
 from rousseau.state.migrations import migrate
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo

@@ -16,15 +16,8 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import (
-    Inbound,
-    InboundHandler,
-    KeyValue,
-    Outbound,
-    describe,
-    file_bytes,
-    take_files,
-)
+from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.transports.base import describe, file_bytes, take_files
 
 try:
     import aiohttp

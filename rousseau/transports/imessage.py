@@ -24,17 +24,8 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import (
-    Inbound,
-    InboundHandler,
-    KeyValue,
-    MemoryKeyValue,
-    Outbound,
-    describe,
-    file_bytes,
-    take_by_chat,
-    take_files,
-)
+from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.transports.base import describe, file_bytes, take_by_chat, take_files
 
 if TYPE_CHECKING:
     import httpx

@@ -19,18 +19,8 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import (
-    Inbound,
-    InboundHandler,
-    KeyValue,
-    MemoryKeyValue,
-    Outbound,
-    Throttled,
-    describe,
-    file_bytes,
-    take_by_chat,
-    take_files,
-)
+from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
 
 try:
     import aiohttp

@@ -26,14 +26,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from rousseau.agent import TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake, media_type_of
-from rousseau.transports.base import (
-    Inbound,
-    InboundHandler,
-    KeyValue,
-    Outbound,
-    file_bytes,
-    take_files,
-)
+from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.transports.base import file_bytes, take_files
 
 log = structlog.get_logger("rousseau.signal")
 

@@ -19,16 +19,8 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake, media_type_of
-from rousseau.transports.base import (
-    Inbound,
-    InboundHandler,
-    KeyValue,
-    Outbound,
-    Throttled,
-    describe,
-    file_bytes,
-    take_files,
-)
+from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.transports.base import Throttled, describe, file_bytes, take_files
 
 try:
     import aiohttp

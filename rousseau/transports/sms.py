@@ -16,7 +16,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import ConfigError, TransportAuthError, TransportError
-from rousseau.transports.base import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 
 if TYPE_CHECKING:
     from aiohttp import web

@@ -24,17 +24,8 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import Attachment, MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import (
-    Inbound,
-    InboundHandler,
-    KeyValue,
-    Outbound,
-    Throttled,
-    describe,
-    file_bytes,
-    take_by_chat,
-    take_files,
-)
+from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram_http import AiohttpRequest
 

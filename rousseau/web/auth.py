@@ -21,7 +21,7 @@ from rousseau.policy import RateLimiter
 if TYPE_CHECKING:
     from argon2 import PasswordHasher
 
-    from rousseau.transports.base import KeyValue
+    from rousseau.messages import KeyValue
 
 log = structlog.get_logger("rousseau.web")
 

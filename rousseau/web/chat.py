@@ -19,16 +19,16 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from rousseau.agents import DEFAULT_AGENT
 from rousseau.media import Incoming, MediaIntake
-from rousseau.transports.base import (
+from rousseau.messages import (
+    DEFAULT_AGENT,
     Inbound,
     InboundHandler,
     KeyValue,
     MemoryKeyValue,
     Outbound,
-    take_files,
 )
+from rousseau.transports.base import take_files
 
 log = structlog.get_logger("rousseau.web")
 

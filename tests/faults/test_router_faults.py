@@ -16,10 +16,11 @@ from structlog.testing import capture_logs
 
 from rousseau.agent import Agent, Message, Options, Request, Response, StoreError
 from rousseau.agent.testing import FunctionProvider, text_reply
+from rousseau.messages import Outbound
 from rousseau.router import BROKEN_REPLY, TIMEOUT_REPLY, ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
-from rousseau.transports.base import MemoryTransport, Outbound
+from rousseau.transports.base import MemoryTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -392,7 +393,7 @@ async def test_a_stop_waits_for_a_turn_that_starts_while_it_drains(tmp_path: Pat
     already past its check) starts a turn while the drain waits. Each new queue used to
     replace the event the drain was waiting on, so it waited out the whole grace and
     reported the turns unfinished, though both had answered."""
-    from rousseau.transports.base import Inbound
+    from rousseau.messages import Inbound
 
     store = Store(tmp_path / "s.db")
     echo = Echo()

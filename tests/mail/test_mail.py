@@ -14,7 +14,7 @@ import pytest
 from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
 from rousseau.config import ApproverConfig, RuleConfig, load_config
-from rousseau.transports.base import Inbound
+from rousseau.messages import Inbound
 from rousseau.transports.mail import (
     EmailTransport,
     body_text,

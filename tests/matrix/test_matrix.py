@@ -16,8 +16,8 @@ from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
+from rousseau.messages import Inbound, MemoryKeyValue
 from rousseau.transports import build_transports
-from rousseau.transports.base import Inbound, MemoryKeyValue
 from tests.helpers import running_transport, taken_side_by_side
 from tests.matrix.synapse import Synapse
 from tests.transports.harness_matrix import MatrixHarness

@@ -187,8 +187,8 @@ async def test_attachments_survive_the_store_and_reach_the_provider(tmp_path: Pa
 async def test_files_in_and_out_are_durable_with_their_messages(tmp_path: Path) -> None:
     """An inbound's files come back with it on a replay; a file queued with an answer is a
     row of the outbox like text, so it goes out once whatever restarts in between."""
+    from rousseau.messages import Inbound, Outbound
     from rousseau.state.daemon_state import DaemonState
-    from rousseau.transports.base import Inbound, Outbound
 
     photo = Attachment(sha256="a" * 64, media_type="image/png", size=3, name="p.png")
     inbound = Inbound(

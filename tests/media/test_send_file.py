@@ -10,8 +10,8 @@ import pytest
 from rousseau.agent import Attachment, ToolCall
 from rousseau.media import BlobStore
 from rousseau.media.tool import SendFileTool
+from rousseau.messages import OutgoingFiles, outgoing_files
 from rousseau.tools.fs import Workspace
-from rousseau.transports.base import OutgoingFiles, outgoing_files
 
 pytestmark = pytest.mark.anyio
 CALL = ToolCall(session_id="s", tool_use_id="t1")

@@ -15,9 +15,9 @@ import pytest
 
 from rousseau.agent import Message
 from rousseau.cron.jobs import CronError, CronJobs
+from rousseau.messages import Inbound, Outbound
 from rousseau.state import Store
 from rousseau.state.daemon_state import MAX_PENDING_CODES, DaemonState, TransportState
-from rousseau.transports.base import Inbound, Outbound
 from tests.postgres.server import Postgres
 
 pytestmark = pytest.mark.anyio

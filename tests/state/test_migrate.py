@@ -14,9 +14,9 @@ import pytest
 from rousseau.agent import Attachment, Content, Message, Role, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.cron.jobs import CronJobs
+from rousseau.messages import Inbound, Outbound
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState, TransportState
-from rousseau.transports.base import Inbound, Outbound
 from tests.helpers import ROUSSEAU
 from tests.postgres.server import Postgres
 

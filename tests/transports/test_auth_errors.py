@@ -20,7 +20,8 @@ import pytest
 from neonize.aioze.events import DisconnectedEv, LoggedOutEv
 
 from rousseau.agent import TransportAuthError, TransportError
-from rousseau.transports.base import Inbound, MemoryKeyValue, Outbound, Transport
+from rousseau.messages import Inbound, MemoryKeyValue, Outbound
+from rousseau.transports.base import Transport
 from rousseau.transports.discord import DiscordTransport
 from rousseau.transports.imessage import IMessageTransport
 from rousseau.transports.mail import EmailTransport

@@ -19,9 +19,9 @@ from rousseau.agent.testing import FunctionProvider, text_reply, tools_reply
 from rousseau.app import blob_store
 from rousseau.config import Config, load_config
 from rousseau.daemon import Daemon
+from rousseau.messages import Outbound
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
-from rousseau.transports.base import Outbound
 from tests.fakes.llm import FakeLLMServer, JSONReply
 from tests.fakes.telegram import PHOTO
 from tests.helpers import serving

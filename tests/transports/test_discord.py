@@ -77,7 +77,7 @@ async def test_bad_token_is_a_clear_error() -> None:
 async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
     harness: DiscordHarness,
 ) -> None:
-    from rousseau.transports.base import Outbound
+    from rousseau.messages import Outbound
     from tests.fakes.discord import OWNER_ID
 
     fake = harness.fake

@@ -12,7 +12,7 @@ import pytest
 
 from rousseau.agent import TransportAuthError
 from rousseau.media import BlobStore, MediaIntake
-from rousseau.transports.base import Inbound, MemoryKeyValue, Outbound
+from rousseau.messages import Inbound, MemoryKeyValue, Outbound
 from rousseau.transports.imessage import IMessageError, IMessageTransport
 from tests.fakes.bluebubbles import PASSWORD
 from tests.helpers import taken_side_by_side

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rousseau.transports.base import Inbound
+from rousseau.messages import Inbound
 from tests.helpers import SideBySide, running_transport, until
 from tests.transports.harness_signal import SignalHarness
 

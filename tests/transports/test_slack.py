@@ -112,7 +112,7 @@ def test_markdown_becomes_mrkdwn() -> None:
 
 
 async def test_envelope_is_acknowledged_only_after_the_message_is_persisted() -> None:
-    from rousseau.transports.base import Inbound
+    from rousseau.messages import Inbound
 
     fake = FakeSlack().start()
     transport = SlackTransport(fake.app_token, fake.bot_token, base_url=fake.url + "/api/")
@@ -157,7 +157,7 @@ async def test_envelope_is_acknowledged_only_after_the_message_is_persisted() ->
 async def test_answer_buttons_arrive_as_messages_from_whoever_pressed(
     harness: SlackHarness,
 ) -> None:
-    from rousseau.transports.base import Outbound
+    from rousseau.messages import Outbound
 
     fake = harness.fake
     transport = harness.transport()

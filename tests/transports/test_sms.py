@@ -15,8 +15,8 @@ from twilio.request_validator import RequestValidator
 from rousseau.agent import Request, Response, TransportAuthError
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
+from rousseau.messages import Outbound
 from rousseau.transports import build_transports
-from rousseau.transports.base import Outbound
 from rousseau.transports.sms import Sender, SMSError, SMSTransport, TwilioSender, VonageSender
 from tests.fakes.sms import (
     ACCOUNT_SID,

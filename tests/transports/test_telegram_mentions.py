@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rousseau.transports.base import Inbound
+from rousseau.messages import Inbound
 from rousseau.transports.telegram import TelegramTransport
 from tests.fakes.telegram import FakeTelegram
 from tests.helpers import receiving

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from rousseau.transports.base import Inbound
+from rousseau.messages import Inbound
 from rousseau.transports.telegram import TelegramTransport
 from tests.fakes.telegram import FakeTelegram
 

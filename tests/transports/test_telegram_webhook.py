@@ -11,7 +11,7 @@ import urllib.request
 import anyio
 import pytest
 
-from rousseau.transports.base import Inbound
+from rousseau.messages import Inbound
 from rousseau.transports.telegram import TelegramTransport, Webhook
 from tests.fakes.telegram import FakeTelegram
 from tests.helpers import free_port

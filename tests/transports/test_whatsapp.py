@@ -9,7 +9,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau.transports.base import Inbound
+from rousseau.messages import Inbound
 from rousseau.transports.whatsapp import WhatsAppTransport
 from tests.fakes.whatsapp import OWN_LID, OWN_PHONE, FakeWhatsAppClient
 from tests.transports.harness_whatsapp import WhatsAppHarness
@@ -84,7 +84,7 @@ async def test_self_chat_counts_but_own_messages_elsewhere_and_echoes_do_not() -
                 from_me=True,
             )
         )
-        from rousseau.transports.base import Outbound
+        from rousseau.messages import Outbound
 
         await transport.send(
             Outbound(transport="whatsapp", chat_id=f"{OWN_PHONE}@s.whatsapp.net", text="the answer")
