@@ -175,6 +175,13 @@ class Scheduler:
                 await self.jobs.advance(job, next_run)
             elif next_run <= now:
                 next_run = await self._due(job, schedule, next_run, now, tg)
+            elif (expected := schedule.next_after(now)) is not None and next_run > expected:
+                # Worked out at a later time than now: the wall clock went back (an NTP
+                # correction, a machine restored from a snapshot). Waiting for the stored time
+                # would skip every run in between.
+                log.warning("cron.clock_went_back", job=job.name, stored=next_run, now=now)
+                next_run = expected
+                await self.jobs.advance(job, next_run)
             upcoming.append(next_run)
         return min((t for t in upcoming if t is not None), default=None)
 

@@ -210,3 +210,24 @@ async def test_dst_change_in_the_jobs_zone(store: Store) -> None:
         await cron.tick()
     fired = [r.scheduled_at for r in reversed(await CronJobs(store).runs())]
     assert [t - start for t in fired] == [14.5 * 3600, 39.5 * 3600]  # 02:30 CEST, 02:30 CET
+
+
+async def test_a_clock_set_back_recomputes_the_next_run(store: Store) -> None:
+    """An NTP correction or a restored snapshot: the clock ran 30 days ahead, then came back.
+    The job's next run was worked out at the later time; it is worked out again, so the job
+    keeps running (it stopped until the clock caught up with the stored time)."""
+    clock, outbox = Clock(), Outbox()
+    await add(store, "often", "@every 5m")
+    cron = scheduler(store, clock, outbox)
+    await cron.tick()
+    clock.now = T0 + 30 * 86_400 + 1  # forward: one run, not a burst of the missed ones
+    await cron.tick()
+    assert len(outbox.sent) == 1
+    clock.now = T0 + 60  # back to the real time
+    soonest = await cron.tick()
+    assert soonest == T0 + 300
+    clock.now = T0 + 301
+    await cron.tick()
+    assert len(outbox.sent) == 2
+    (job,) = await CronJobs(store).all()
+    assert job.next_run_at == T0 + 600
