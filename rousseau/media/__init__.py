@@ -77,7 +77,7 @@ class MediaLimits:
         limits, one by one and all together."""
         total = 0
         for name, media_type, size in attachments:
-            label = name or media_type
+            label = safe_name(name) if name else media_type
             if size > self.max_bytes:
                 raise MediaRejected(
                     f"Sorry, {label} is too large ({_mb(size)}); the limit is"
@@ -179,12 +179,19 @@ def safe_name(name: str) -> str:
     left."""
     name = unicodedata.normalize("NFC", name)
     name = _UNSAFE.sub("_", name.replace("\\", "/").rsplit("/", 1)[-1])
+    name = "".join(_shown(c) for c in name)
     name = name.strip(" ._") or "file"
     if len(name) > MAX_NAME:
         stem, dot, ext = name.rpartition(".")
         ext = ext[:10] if dot and stem else ""
         name = name[: MAX_NAME - len(ext) - 1].rstrip(" ._") + ("." + ext if ext else "")
     return name
+
+
+def _shown(char: str) -> str:
+    """An invisible formatting character (a right-to-left override, a zero-width space) as
+    its code point: kept, it makes `evil\u202etxt.exe` read as "evilexe.txt"."""
+    return f"[U+{ord(char):04X}]" if unicodedata.category(char) == "Cf" else char
 
 
 def save_to_workspace(workspace: Path, name: str, data: bytes, *, today: date) -> str:

@@ -106,6 +106,10 @@ def test_what_is_within_the_limits_passes() -> None:
         ("..", "file"),
         ("", "file"),
         ("x" * 500 + ".pdf", "x" * 96 + ".pdf"),
+        # Invisible controls that reorder or hide what a person reads are shown, not kept:
+        # `evil\u202etxt.exe` would read as "evilexe.txt".
+        ("evil\u202etxt.exe", "evil[U+202E]txt.exe"),
+        ("a\u2066b\u200bc.pdf", "a[U+2066]b[U+200B]c.pdf"),
     ],
 )
 def test_names_are_only_names(name: str, safe: str) -> None:
@@ -258,3 +262,9 @@ async def test_a_workspace_the_agent_broke_still_lets_files_in(tmp_path: Path) -
     )
     [photo] = taken.attachments
     assert photo.saved_as == "" and await intake.blobs.read(photo.sha256) == PNG
+
+
+def test_a_refusal_shows_a_hidden_control_in_the_name() -> None:
+    with pytest.raises(MediaRejected) as refused:
+        MediaLimits(max_bytes=10).check([("evil\u202etxt.exe", "text/plain", 11)])
+    assert "evil[U+202E]txt.exe" in str(refused.value)
