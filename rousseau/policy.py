@@ -24,6 +24,9 @@ log = structlog.get_logger("rousseau.router")
 PAIRING_TTL = 3600.0
 PAIRING_REPLY_EVERY = 600.0
 """A stranger is told their code at most once in this long; other messages get no reply."""
+PAIRING_REPLIES = (30, 60.0)
+"""Pairing replies on one transport at most, per so many seconds, all strangers together: a
+flood of new senders gets this many answers, not one each."""
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 
 
@@ -127,6 +130,8 @@ class Admission:
         self._denied = Bounded(10_000)
         self._told: OrderedDict[tuple[str, str], float] = OrderedDict()
         """(transport, sender) -> when they were last told their pairing code (LRU-bounded)."""
+        self._pairing_replies = RateLimiter(PAIRING_REPLIES, {}, max_keys=1000)
+        """One bucket per transport, shared by every stranger on it."""
 
     def policy(self, transport: str) -> ChatPolicy:
         return self.policies.get(transport, ChatPolicy())
@@ -201,6 +206,14 @@ class Admission:
         told = self._told.get(key)
         if told is not None and now - told < PAIRING_REPLY_EVERY:
             log.debug("router.pairing_quiet", transport=transport, sender=sender)
+            return _DROP
+        if not self._pairing_replies.allow(transport, ""):  # not told: a later message may be
+            if self._denied.add(f"{transport}:pairing:{int(time.time() // 60)}"):
+                log.warning(
+                    "router.pairing_flood",
+                    transport=transport,
+                    hint="many strangers are writing at once: pairing replies are rate-limited",
+                )
             return _DROP
         code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
         grant = await self.state.pairing_code(transport, sender, inbound.chat_id, code, PAIRING_TTL)

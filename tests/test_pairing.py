@@ -16,6 +16,7 @@ from structlog.testing import capture_logs
 from rousseau.agent import Agent, Options, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.messages import Outbound
+from rousseau.policy import PAIRING_REPLIES
 from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import MAX_PENDING_CODES, DaemonState
@@ -102,6 +103,20 @@ async def test_a_flood_of_strangers_cannot_lock_out_a_newcomer() -> None:
     assert {c.sender_id for c in pending} == {f"s{i}" for i in range(1, strangers)}
     [full] = [e for e in logs if e["event"] == "router.pairing_full"]
     assert full["evicted"] == "s0"
+
+
+async def test_a_flood_of_strangers_gets_a_bounded_number_of_replies() -> None:
+    limit, _ = PAIRING_REPLIES
+    strangers = limit + 20
+    with Store(":memory:") as store:
+        async with pairing(store) as t:
+            with capture_logs() as logs:
+                for i in range(strangers):
+                    await t.inject("hi", sender_id=f"s{i}", chat_id=f"c{i}")
+            sent = await settle(t, limit)
+    told = [i for i in range(strangers) if codes_to(sent, f"c{i}")]
+    assert told == list(range(limit))
+    assert len([e for e in logs if e["event"] == "router.pairing_flood"]) == 1
 
 
 async def test_four_strangers_then_a_fifth(monkeypatch: pytest.MonkeyPatch) -> None:
