@@ -25,12 +25,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from rousseau.agent import Usage
+from rousseau.messages import Inbound
 from rousseau.web.app import dumps, json_error
 from rousseau.web.auth import same
 from rousseau.web.face import Face
 
 if TYPE_CHECKING:
     from rousseau.config import WebKeyConfig
+    from rousseau.state.backend import Backend
     from rousseau.web.chat import Event, WebChat
 
 log = structlog.get_logger("rousseau.web")
@@ -149,9 +152,12 @@ async def completions(request: Request, key: WebKeyConfig) -> Response:
         agent = offered[0]
     who = str(body.get("user") or request.headers.get("x-session-id") or "")
     chat_id = key.owner + (f"/{_USER.sub('_', who)[:64]}" if who else "")
-    assert face.conversations is not None
+    assert face.conversations is not None and face.backend is not None
     call = _Call(face.api, face.conversations.lock(chat_id), chat_id, key.owner, agent, text)
+    call.backend = face.backend
     if body.get("stream"):
+        options = body.get("stream_options")
+        call.streams_usage = isinstance(options, dict) and options.get("include_usage") is True
         return StreamingResponse(
             call.chunks(), media_type="text/event-stream", headers={"cache-control": "no-store"}
         )
@@ -174,6 +180,7 @@ async def completions(request: Request, key: WebKeyConfig) -> Response:
                     "finish_reason": "stop",
                 }
             ],
+            "usage": call.usage_json(),
         }
     )
 
@@ -186,19 +193,54 @@ class _Call:
         self.owner, self.agent, self.text = owner, agent, text
         self.id = "chatcmpl-" + secrets.token_hex(12)
         self.created = int(time.time())
+        self.backend: Backend | None = None
+        """Where the conversation's session, and so what its turn cost, is read."""
+        self.streams_usage = False
+        """A streamed call ends with a usage chunk (`stream_options.include_usage`)."""
+        self.usage = Usage()
+        """The tokens of this call's turn, every model request of it (tool steps too)."""
 
     async def _events(self) -> AsyncIterator[Event]:
         """The previews of this call's answer, then its final message (the turn lock held,
-        so every preview in the chat is this call's)."""
+        so every preview in the chat is this call's, and so is the usage that came since)."""
         async with self.lock, self.api.listen(self.chat_id) as received:
+            before = await self._spent()
             asked = await self.api.say(self.chat_id, self.owner, self.text, agent=self.agent)
             with anyio.fail_after(REPLY_TIMEOUT):
                 async for event in received:
                     if event.kind == "preview":
                         yield event
                     elif event.kind == "message" and event.reply_to == asked:
+                        self.usage = _since(before, await self._spent())
                         yield event
                         return
+
+    async def _spent(self) -> Usage:
+        """What the conversation's session has cost so far: a turn's history (and its usage)
+        is written before its answer, so the answer finds its own turn counted."""
+        if self.backend is None:
+            return Usage()
+        key = Inbound(
+            transport=self.api.name,
+            chat_id=self.chat_id,
+            sender_id=self.owner,
+            message_id="",
+            text="",
+            agent=self.agent,
+        ).session_key
+        session_id = await self.backend.state.session_for(key)
+        info = await self.backend.store.info(session_id) if session_id else None
+        return info.usage if info is not None else Usage()
+
+    def usage_json(self) -> dict[str, Any]:
+        """The usage in OpenAI's shape."""
+        prompt, completion = self.usage.input_tokens, self.usage.output_tokens
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": self.usage.cache_read_tokens},
+        }
 
     async def answer(self) -> str:
         final = ""
@@ -226,17 +268,36 @@ class _Call:
             yield self._chunk({}, finish="error")
         else:
             yield self._chunk({}, finish="stop")
+            if self.streams_usage:
+                yield self._usage_chunk()
         yield "data: [DONE]\n\n"
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
+        return self._event(choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
+
+    def _usage_chunk(self) -> str:
+        return self._event(choices=[], usage=self.usage_json())
+
+    def _event(self, **fields: Any) -> str:
         chunk = {
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.agent,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **fields,
         }
         return f"data: {dumps(chunk)}\n\n"
+
+
+def _since(before: Usage, now: Usage) -> Usage:
+    """The usage added between two readings (none where the session changed, as `/new`
+    does, between them)."""
+    return Usage(
+        input_tokens=max(0, now.input_tokens - before.input_tokens),
+        output_tokens=max(0, now.output_tokens - before.output_tokens),
+        cache_read_tokens=max(0, now.cache_read_tokens - before.cache_read_tokens),
+        cache_write_tokens=max(0, now.cache_write_tokens - before.cache_write_tokens),
+    )
 
 
 def routes() -> list[Route]:

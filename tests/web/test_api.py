@@ -29,6 +29,10 @@ def test_a_plain_completion_from_an_agent_that_called_a_tool(web_daemon: WebDaem
     assert done.choices[0].message.content == "the tool said: plain-tool-ran"
     assert done.choices[0].finish_reason == "stop"
     assert done.model == "default"
+    # Both model requests of the turn (the tool call, then the answer), as the model reported
+    assert done.usage is not None
+    assert (done.usage.prompt_tokens, done.usage.completion_tokens) == (20, 10)
+    assert done.usage.total_tokens == 30
     audit = web_daemon.rousseau("audit")
     assert "bash" in audit.stdout  # the call went through the approver and the audit
 
@@ -45,6 +49,23 @@ def test_a_streamed_completion_from_an_agent_that_called_a_tool(web_daemon: WebD
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "the tool said: streamed-tool-ran"
     assert chunks[-1].choices[0].finish_reason == "stop"
+    assert all(c.usage is None for c in chunks)  # not asked for
+
+
+def test_a_streamed_completion_reports_its_usage_when_asked(web_daemon: WebDaemon) -> None:
+    client = _client(web_daemon, ALICE_KEY)
+    stream = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "use bash echo counted"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        user="counted",
+    )
+    chunks = list(stream)
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (20, 10)
 
 
 def test_a_long_answer_streams_in_several_chunks(web_daemon: WebDaemon) -> None:
