@@ -80,7 +80,7 @@ named by the transport)."""
 def _probes(module: Module) -> list[str]:
     """`getattr(x, ...)` and `hasattr(x, ...)` on anything but the config and its sections."""
     found = []
-    for node in ast.walk(module.tree):
+    for node in sorted(ast.walk(module.tree), key=lambda n: getattr(n, "lineno", 0)):
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
