@@ -155,12 +155,13 @@ RULES = [
 
 
 def broken(rule: Rule) -> list[str]:
-    found = []
+    """Each import line that breaks the rule, once."""
+    found: set[str] = set()
     for module in ours():
         if not under(module.name, *rule.layer) or under(module.name, *rule.spared):
             continue
-        found += [f"{module.where(i.line)}: {t}" for i, t in reached(module) if rule.forbids(t)]
-    return found
+        found.update(f"{module.where(i.line)}: {t}" for i, t in reached(module) if rule.forbids(t))
+    return sorted(found)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
