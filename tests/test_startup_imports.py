@@ -27,6 +27,7 @@ OURS = {
     "rousseau.cron.targets", "rousseau.cron.tool", "rousseau.daemon", "rousseau.delivery",
     "rousseau.mcp", "rousseau.mcp.client", "rousseau.media", "rousseau.media.tool",
     "rousseau.media.transcribe",
+    "rousseau.messages",
     "rousseau.metrics", "rousseau.policy",
     "rousseau.providers", "rousseau.providers.lazy", "rousseau.router", "rousseau.state",
     "rousseau.state.backend", "rousseau.state.checkpoint", "rousseau.state.daemon_state",
@@ -36,7 +37,8 @@ OURS = {
     "rousseau.tools.base",
     "rousseau.tools.bash", "rousseau.tools.edit", "rousseau.tools.fs", "rousseau.tools.grep",
     "rousseau.tools.hardening", "rousseau.tools.read", "rousseau.tools.sandbox",
-    "rousseau.tools.write", "rousseau.transports", "rousseau.transports.base",
+    "rousseau.tools.write", "rousseau.transports",
+    "rousseau.transports.abilities", "rousseau.transports.base",
     "rousseau.transports.split", "rousseau.transports.telegram",
     "rousseau.transports.telegram_http", "rousseau.web", "rousseau.web.face",
 }  # fmt: skip

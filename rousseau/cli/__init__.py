@@ -12,10 +12,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from rousseau.cli.common import fail
+from rousseau.cli import common
 
 Handler = Callable[[argparse.Namespace], int]
 
+
+__all__ = ["TRANSPORT_LABELS", "Handler", "build_parser", "main"]
 
 TRANSPORT_LABELS = {
     "telegram": "Telegram",
@@ -402,15 +404,15 @@ def _ended(exc: BaseException) -> int:
         return 130
     if isinstance(cause, BrokenPipeError):  # `rousseau session list | head -1`
         _mute_stdout()
-        fail("output closed before everything was written")
+        common.fail("output closed before everything was written")
         return 141
     if isinstance(cause, ConfigError):
-        fail(f"config error: {cause}")
+        common.fail(f"config error: {cause}")
         return 2
     if isinstance(cause, RousseauError):
-        fail(str(cause))
+        common.fail(str(cause))
         return 1
-    fail(f"unexpected {type(cause).__name__}: {cause} (traceback in {_keep_traceback(exc)})")
+    common.fail(f"unexpected {type(cause).__name__}: {cause} (traceback in {_keep_traceback(exc)})")
     return 1
 
 
@@ -442,7 +444,6 @@ def _keep_traceback(exc: BaseException) -> str:
     import traceback
     from pathlib import Path
 
-    from rousseau.cli import common
     from rousseau.log import Redactor
 
     text = "".join(traceback.format_exception(exc))

@@ -27,7 +27,24 @@ import structlog
 
 from rousseau.agent import Attachment, ProviderError
 
-log = structlog.get_logger("rousseau.media")
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_TYPES",
+    "MAX_NAME",
+    "BlobStore",
+    "Incoming",
+    "MediaIntake",
+    "MediaLimits",
+    "MediaRejected",
+    "Taken",
+    "Transcribes",
+    "media_type_of",
+    "move_to_workspace",
+    "safe_name",
+    "save_to_workspace",
+]
+
+_log = structlog.get_logger("rousseau.media")
 
 DEFAULT_MAX_BYTES = 20_000_000
 DEFAULT_TYPES = (
@@ -287,7 +304,7 @@ async def _copy_to(workspace: Path, name: str, data: bytes) -> str:
     try:
         return await anyio.to_thread.run_sync(save)
     except OSError as exc:  # e.g. a symlink the agent planted
-        log.warning("media.workspace_copy_failed", name=name, error=str(exc))
+        _log.warning("media.workspace_copy_failed", name=name, error=str(exc))
         return ""
 
 
@@ -351,6 +368,6 @@ class MediaIntake:
                 data, name=voice.name, media_type=voice.media_type
             )
         except ProviderError as exc:
-            log.warning("media.transcription_failed", error=str(exc))
+            _log.warning("media.transcription_failed", error=str(exc))
             return f"{label} (could not be transcribed)"
         return f"{label} {text}" if text else f"{label} (nothing was said)"

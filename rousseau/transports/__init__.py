@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rousseau.config import Config
     from rousseau.transports.base import Transport
 
-__all__ = ["TRANSPORTS", "build_transports"]
+__all__ = ["API_LENGTH", "TRANSPORTS", "build_transports"]
 
 TRANSPORTS = (
     "telegram",

@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from anyio.abc import SocketStream
     from anyio.streams.stapled import MultiListener
 
-__all__ = ["CHOOSE_AGENT", "STREAMING", "Face", "check_installed", "face", "serve"]
+__all__ = [
+    "CHOOSE_AGENT",
+    "CONNECTIONS",
+    "HEALTH_CONNECTIONS",
+    "STREAMING",
+    "Face",
+    "check_installed",
+    "face",
+    "serve",
+]
 
 STREAMING = {
     "web": StreamSettings(progress="tools", interval=0.25),

@@ -57,9 +57,9 @@ def build(face: Face) -> Starlette:
         Route("/metrics", metrics),
     ]
     if face.config is not None:
-        from rousseau.web import api, dashboard
+        from rousseau.web import api, dashboard, login
 
-        routes += dashboard.routes() + api.routes()
+        routes += login.routes() + dashboard.routes() + api.routes()
         face.conversations = face.conversations or api.Conversations()
         routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
     app = Starlette(routes=routes)
