@@ -99,7 +99,8 @@ def test_help_loads_no_pydantic_either() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["rousseau.agent", "rousseau.tools", "rousseau.state", "rousseau.approvals"]
+    "module",
+    ["rousseau.agent", "rousseau.tools", "rousseau.state", "rousseau.approvals", "rousseau.config"],
 )
 def test_exports_are_curated_and_importable(module: str) -> None:
     mod = __import__(module, fromlist=["__all__"])
