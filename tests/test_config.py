@@ -10,7 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from rousseau.agent import ConfigError
-from rousseau.config import Config, _model_of, load_config, parse_duration
+from rousseau.config import Config, load_config, parse_duration
+from rousseau.config.loading import _model_of
 
 EXAMPLE = Path(__file__).parent.parent / "config" / "config.yaml"
 

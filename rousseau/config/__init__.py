@@ -1,0 +1,132 @@
+"""Typed configuration: a YAML file, then well-known secret variables, then ROUSSEAU_* overrides.
+
+Every mistake becomes a ConfigError naming the key path, e.g.
+`agent.max_iterations: Input should be a valid integer`. The sections are declared in
+providers.py, sections.py (agent and daemon) and transports.py, on the value types of base.py;
+root.py holds the whole `Config`, loading.py reads it from the file and the environment.
+"""
+
+from __future__ import annotations
+
+from rousseau.agent.errors import ConfigError
+from rousseau.config.base import (
+    Duration,
+    Policy,
+    ProviderName,
+    Rate,
+    Section,
+    SenderId,
+    parse_duration,
+    parse_rate,
+)
+from rousseau.config.loading import (
+    DEFAULT_PATH,
+    SECRET_ENV,
+    config_path,
+    load_config,
+    log_notices,
+)
+from rousseau.config.providers import (
+    AnthropicConfig,
+    BedrockConfig,
+    ClaudeCLIConfig,
+    OllamaConfig,
+    OpenAIConfig,
+    OpenRouterConfig,
+    VertexConfig,
+)
+from rousseau.config.root import AGENT_NAME, Config
+from rousseau.config.sections import (
+    DEFAULT_SYSTEM_PROMPT,
+    ActionRuleConfig,
+    AgentConfig,
+    ApproverConfig,
+    CompressionConfig,
+    CronConfig,
+    HealthConfig,
+    LogConfig,
+    MCPServerConfig,
+    MediaConfig,
+    RateLimitConfig,
+    RecallConfig,
+    RetentionConfig,
+    RouteConfig,
+    RuleConfig,
+    SandboxLimitsConfig,
+    StateConfig,
+    TranscriptionConfig,
+    WebConfig,
+    WebKeyConfig,
+)
+from rousseau.config.transports import (
+    DiscordConfig,
+    EmailConfig,
+    IMessageConfig,
+    MatrixConfig,
+    SignalConfig,
+    SlackConfig,
+    SMSConfig,
+    SMSWebhookConfig,
+    TelegramConfig,
+    TelegramWebhookConfig,
+    TransportConfig,
+    WhatsAppConfig,
+)
+
+__all__ = [
+    "AGENT_NAME",
+    "DEFAULT_PATH",
+    "DEFAULT_SYSTEM_PROMPT",
+    "SECRET_ENV",
+    "ActionRuleConfig",
+    "AgentConfig",
+    "AnthropicConfig",
+    "ApproverConfig",
+    "BedrockConfig",
+    "ClaudeCLIConfig",
+    "CompressionConfig",
+    "Config",
+    "ConfigError",
+    "CronConfig",
+    "DiscordConfig",
+    "Duration",
+    "EmailConfig",
+    "HealthConfig",
+    "IMessageConfig",
+    "LogConfig",
+    "MCPServerConfig",
+    "MatrixConfig",
+    "MediaConfig",
+    "OllamaConfig",
+    "OpenAIConfig",
+    "OpenRouterConfig",
+    "Policy",
+    "ProviderName",
+    "Rate",
+    "RateLimitConfig",
+    "RecallConfig",
+    "RetentionConfig",
+    "RouteConfig",
+    "RuleConfig",
+    "SMSConfig",
+    "SMSWebhookConfig",
+    "SandboxLimitsConfig",
+    "Section",
+    "SenderId",
+    "SignalConfig",
+    "SlackConfig",
+    "StateConfig",
+    "TelegramConfig",
+    "TelegramWebhookConfig",
+    "TranscriptionConfig",
+    "TransportConfig",
+    "VertexConfig",
+    "WebConfig",
+    "WebKeyConfig",
+    "WhatsAppConfig",
+    "config_path",
+    "load_config",
+    "log_notices",
+    "parse_duration",
+    "parse_rate",
+]

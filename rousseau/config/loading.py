@@ -1,0 +1,195 @@
+"""Loading: a YAML file, then well-known secret variables, then ROUSSEAU_* overrides, merged
+and validated into a `Config`. Every mistake becomes a ConfigError naming the key path, e.g.
+`agent.max_iterations: Input should be a valid integer`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rousseau.agent.errors import ConfigError
+from rousseau.config.root import Config
+
+DEFAULT_PATH = "~/.config/rousseau/config.yaml"
+
+
+# Well-known variables that fill a key when the file leaves it unset.
+SECRET_ENV: dict[str, tuple[str, str]] = {
+    "ANTHROPIC_API_KEY": ("anthropic", "api_key"),
+    "OPENAI_API_KEY": ("openai", "api_key"),
+    "OPENROUTER_API_KEY": ("openrouter", "api_key"),
+    "TELEGRAM_BOT_TOKEN": ("telegram", "token"),
+    "SLACK_APP_TOKEN": ("slack", "app_token"),
+    "SLACK_BOT_TOKEN": ("slack", "bot_token"),
+    "DISCORD_TOKEN": ("discord", "token"),
+    "DISCORD_BOT_TOKEN": ("discord", "token"),
+    "MATRIX_ACCESS_TOKEN": ("matrix", "access_token"),
+    "MATRIX_PASSWORD": ("matrix", "password"),
+    "EMAIL_IMAP_PASSWORD": ("email", "imap_password"),
+    "EMAIL_SMTP_PASSWORD": ("email", "smtp_password"),
+    "BLUEBUBBLES_PASSWORD": ("imessage", "password"),
+    "TWILIO_AUTH_TOKEN": ("sms", "auth_token"),
+    "VONAGE_API_SECRET": ("sms", "api_secret"),
+}
+_NOT_SETTINGS = frozenset({"ROUSSEAU_CONFIG"})
+
+
+def config_path(explicit: str | None, environ: Mapping[str, str]) -> tuple[Path, bool]:
+    """The file to read, and whether it must exist (it must when named explicitly)."""
+    if explicit:
+        return Path(explicit).expanduser(), True
+    if environ.get("ROUSSEAU_CONFIG"):
+        return Path(environ["ROUSSEAU_CONFIG"]).expanduser(), True
+    return Path(DEFAULT_PATH).expanduser(), False
+
+
+def load_config(path: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read, merge and validate the configuration, or raise ConfigError with one clear line."""
+    env = os.environ if environ is None else environ
+    file, required = config_path(path, env)
+    data = _read_yaml(file, required)
+    origins: dict[tuple[str, ...], str] = {}
+    for var, (section, key) in SECRET_ENV.items():
+        if env.get(var):
+            node = data.setdefault(section, {})
+            if isinstance(node, dict) and node.get(key) in (None, ""):
+                node[key] = env[var]
+                origins[(section, key)] = var
+    for var, value in env.items():
+        if not var.startswith("ROUSSEAU_") or var in _NOT_SETTINGS:
+            continue
+        found = _env_keys(Config, var[len("ROUSSEAU_") :].lower())
+        if found is None:
+            raise ConfigError(f"{var}: no such setting")
+        keys, annotation = found
+        _set(data, keys, _env_value(value, annotation))
+        origins[tuple(keys)] = var
+    from rousseau.config_go import translate_go_keys
+
+    go = translate_go_keys(data)
+    origins = go.moved | origins
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, file if file.exists() else None, origins)) from None
+    config.source = str(file) if file.exists() else ""
+    config.notices.update(go.notices)
+    return config
+
+
+def log_notices(config: Config) -> None:
+    """One warning per rousseau-agent key the config holds (call after logging is set up)."""
+    log = structlog.get_logger("rousseau.config")
+    for key, note in config.notices.items():
+        log.warning("config.go_key", key=key, note=note)
+
+
+def _read_yaml(file: Path, required: bool) -> dict[str, Any]:
+    if not file.exists():
+        if required:
+            raise ConfigError(f"config file not found: {file}")
+        return {}
+    try:
+        loaded = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{file}{where}: invalid YAML: {problem}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{file}: the top level must be a mapping of keys")
+    return loaded
+
+
+def _describe(exc: ValidationError, file: Path | None, origins: dict[tuple[str, ...], str]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        loc = tuple(p for p in loc if p not in ("str", "int", "float", "bool"))
+        path = ".".join(loc) or "(top level)"
+        msg = _unknown_key(loc) if err["type"] == "extra_forbidden" else err["msg"]
+        msg = msg.removeprefix("Value error, ")
+        var = next((v for k, v in origins.items() if loc[: len(k)] == k), None)
+        lines.append(f"{path}: {msg}" + (f" (from {var})" if var else ""))
+    prefix = f"{file}: " if file is not None else ""
+    return prefix + "; ".join(lines)
+
+
+def _unknown_key(loc: tuple[str, ...]) -> str:
+    """The words "unknown key", with the nearest key of its section when one is close."""
+    model: type[BaseModel] | None = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:  # a list index or a mapping's own key: the model stays
+            continue
+        model = _model_of(field.annotation)
+    if model is None or not loc:
+        return "unknown key"
+    keys = [f.alias or name for name, f in model.model_fields.items() if name != "source"]
+    near = difflib.get_close_matches(loc[-1], keys, n=1, cutoff=0.6)
+    return f"unknown key; did you mean {near[0]}?" if near else "unknown key"
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return arg
+    return None
+
+
+def _env_keys(model: type[BaseModel], rest: str) -> tuple[list[str], Any] | None:
+    """Map `agent_max_iterations` to ["agent", "max_iterations"] (and its type) via the model."""
+    fields = sorted(model.model_fields.items(), key=lambda kv: -len(kv[1].alias or kv[0]))
+    for name, field in fields:
+        key = field.alias or name
+        if key == "source" and model is Config:
+            continue
+        if rest == key:
+            return [key], field.annotation
+        sub = _model_of(field.annotation)
+        if sub is not None and rest.startswith(key + "_"):
+            found = _env_keys(sub, rest[len(key) + 1 :])
+            if found is not None:
+                return [key, *found[0]], found[1]
+    return None
+
+
+def _env_value(value: str, annotation: Any) -> Any:
+    """A variable's text as the key wants it: YAML for [..] and {..}, commas for lists."""
+    text = value.strip()
+    if text[:1] in ("[", "{"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            return value
+    if typing.get_origin(annotation) is list:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+def _set(data: dict[str, Any], keys: list[str], value: Any) -> None:
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[keys[-1]] = value

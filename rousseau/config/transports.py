@@ -1,0 +1,183 @@
+"""The transports' sections: what every transport shares (`TransportConfig`), then each
+platform's credentials and options. A transport runs when its section is present.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, SecretStr
+
+from rousseau.config.base import Duration, Policy, Section, SenderId
+
+
+class TransportConfig(Section):
+    allowlist: list[SenderId] = Field(default_factory=list)
+    """Senders admitted, as the platform's own sender ids."""
+    policy: Policy = "allowlist"
+    """Who may talk: allowlist only, pairing (strangers get a code to approve) or open."""
+    require_mention: bool = True
+    """In groups, answer only when mentioned or replied to."""
+    reply_header: str = ""
+    """Text put at the start of every reply."""
+    streaming: Literal["off", "edit", "native"] = "edit"
+    """Show a reply in the chat as it is written, by editing one message (where the platform
+    allows edits: Telegram, Slack, Discord, Matrix); `native` uses Telegram's drafts in
+    private chats and Slack's streaming methods in threads (edits elsewhere, or where the
+    workspace refuses them); `off` sends it whole when done."""
+    progress: Literal["off", "tools"] | None = None
+    """While tools run, the streamed message says what they do (`tools`); unset: in direct
+    chats but not in groups."""
+    ack_reaction: str = ""
+    """A reaction put on each message the bot takes in, so the sender knows it arrived
+    before the answer starts (Telegram, Discord, Matrix: the emoji, e.g. 👀; Slack: its
+    name, e.g. eyes); empty: none."""
+    agent: str | None = None
+    """The agent (of `agents:`) answering this transport's chats that no route names;
+    unset: `default_agent`."""
+
+
+class TelegramWebhookConfig(Section):
+    url: str
+    """The public HTTPS address Telegram posts updates to: a reverse proxy or load balancer
+    in front of the daemons."""
+    listen: str = "127.0.0.1:8443"
+    """Where this daemon takes the posts (host:port)."""
+    secret: SecretStr | None = None
+    """Checked on every post (letters, digits, _ and -); unset: one made from the token."""
+
+
+class TelegramConfig(TransportConfig):
+    token: SecretStr | None = None
+    """The bot token from @BotFather (or TELEGRAM_BOT_TOKEN)."""
+    base_url: str | None = None
+    """A local Bot API server to use instead of Telegram's own."""
+    webhook: TelegramWebhookConfig | None = None
+    """Updates posted to the daemon instead of long polling; several daemons behind one
+    load balancer then all take them."""
+
+
+class SlackConfig(TransportConfig):
+    app_token: SecretStr | None = None
+    """The app-level token, xapp-... (or SLACK_APP_TOKEN)."""
+    bot_token: SecretStr | None = None
+    """The bot token, xoxb-... (or SLACK_BOT_TOKEN)."""
+    bot_user_id: str | None = None
+    """The bot's own user id; unset, it is looked up on connecting."""
+    base_url: str | None = None
+    """A Web API address to use instead of Slack's own (a proxy or test server)."""
+
+
+class DiscordConfig(TransportConfig):
+    token: SecretStr | None = None
+    """The bot token (or DISCORD_TOKEN or DISCORD_BOT_TOKEN)."""
+    api_base: str | None = None
+    """Replaces discord.py's REST base address (proxies, tests)."""
+    gateway_url: str | None = None
+    """Replaces discord.py's gateway address."""
+
+
+class MatrixConfig(TransportConfig):
+    homeserver_url: str | None = None
+    """The homeserver's address."""
+    access_token: SecretStr | None = None
+    """The bot's access token, used instead of password (or MATRIX_ACCESS_TOKEN)."""
+    password: SecretStr | None = None
+    """The bot's password, to log in when there is no access token (or MATRIX_PASSWORD)."""
+    user_id: str | None = None
+    """The bot's user id, e.g. @bot:example.org."""
+    device_id: str | None = None
+    """With access_token, the device it belongs to."""
+    msgtype: Literal["m.text", "m.notice"] = "m.text"
+    """The message type replies are sent as: m.text or m.notice."""
+
+
+class WhatsAppConfig(TransportConfig):
+    store: str = "~/.local/share/rousseau/whatsapp.db"
+    """The SQLite file that keeps the WhatsApp session (pair it with `rousseau whatsapp login`)."""
+
+
+class SignalConfig(TransportConfig):
+    binary: str = "signal-cli"
+    """The signal-cli program to run, as a command name or path."""
+    account: str | None = None
+    """The bot's registered number, e.g. +15551234567."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Further signal-cli arguments, put before jsonRpc."""
+
+
+def _security(value: Any) -> Any:
+    """`tls: true` is TLS from the first byte, `false` plain text; `starttls` upgrades."""
+    if isinstance(value, bool) or value in ("true", "false"):
+        return "tls" if value in (True, "true") else "plain"
+    return value
+
+
+class IMessageConfig(TransportConfig):
+    base_url: str | None = None
+    """The BlueBubbles server's address, e.g. http://mac.local:1234."""
+    password: SecretStr | None = None
+    """The BlueBubbles server password (or BLUEBUBBLES_PASSWORD)."""
+    poll_interval: Duration = 5.0
+    """How often the server is asked for new messages."""
+    private_api: bool = False
+    """The server's Private API is on: typing indicators, faster sends."""
+    mention_names: list[str] = Field(default_factory=lambda: ["rousseau"])
+    """In group chats, answer only when one of these names is written."""
+
+
+class EmailConfig(TransportConfig):
+    imap_addr: str | None = None
+    """The IMAP server as host:port (port defaults to 993, or 143 with starttls or plain)."""
+    imap_username: str | None = None
+    """The IMAP login name."""
+    imap_password: SecretStr | None = None
+    """The IMAP password (or EMAIL_IMAP_PASSWORD)."""
+    mailbox: str = "INBOX"
+    """The IMAP folder read for new mail."""
+    poll_interval: Duration = 60.0
+    """The time between polls, and the longest wait in one IDLE."""
+    idle: bool = True
+    """Use IMAP IDLE when the server has it."""
+    smtp_addr: str | None = None
+    """The SMTP server as host:port (port defaults to 465, 587 or 25, following tls)."""
+    smtp_username: str | None = None
+    """The SMTP login name; unset, imap_username."""
+    smtp_password: SecretStr | None = None
+    """The SMTP password (or EMAIL_SMTP_PASSWORD); unset, imap_password."""
+    from_: str | None = Field(default=None, alias="from")
+    """The bot's address; unset, imap_username."""
+    tls: Annotated[Literal["tls", "starttls", "plain"], BeforeValidator(_security)] = "tls"
+    """true (TLS), starttls, or false (plain text, for local servers only)."""
+    ca_file: str | None = None
+    """A CA bundle to trust, for a self-signed server."""
+
+
+class SMSWebhookConfig(Section):
+    listen: str = "127.0.0.1:8088"
+    """The host:port that receives Twilio's webhook calls."""
+    path: str = "/sms/twilio"
+    """The URL path Twilio posts inbound messages to."""
+    public_url: str | None = None
+    """The address Twilio calls, used to check its signature."""
+
+
+class SMSConfig(TransportConfig):
+    provider: Literal["twilio", "vonage"] = "twilio"
+    """The SMS provider: twilio or vonage."""
+    from_: str | None = Field(default=None, alias="from")
+    """The sending number (or Vonage sender id)."""
+    account_sid: str | None = None
+    """The Twilio account SID."""
+    auth_token: SecretStr | None = None
+    """The Twilio auth token (or TWILIO_AUTH_TOKEN)."""
+    api_key: str | None = None
+    """The Vonage API key."""
+    api_secret: SecretStr | None = None
+    """The Vonage API secret (or VONAGE_API_SECRET)."""
+    base_url: str | None = None
+    """The provider's API address, to use instead of the real one (a local fake, a proxy)."""
+    status_timeout: Duration = 30.0
+    """How long to wait for Twilio to report a sent message."""
+    webhook: SMSWebhookConfig | None = None
+    """Inbound SMS from Twilio; unset, the transport only sends."""
