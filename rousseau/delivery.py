@@ -16,8 +16,8 @@ from anyio.abc import TaskGroup
 from rousseau.agent import StoreError
 from rousseau.backoff import backoff
 from rousseau.metrics import Metrics
-from rousseau.state.daemon_state import OutboxRow
 from rousseau.state.protocol import DaemonStore
+from rousseau.state.records import OutboxRow
 from rousseau.transports.base import Transport
 
 log = structlog.get_logger("rousseau.router")

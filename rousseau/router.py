@@ -53,8 +53,9 @@ from rousseau.messages import (
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.state import SessionStore, Store
-from rousseau.state.daemon_state import DaemonState, Progress, TransportState
+from rousseau.state.daemon_state import DaemonState, TransportState
 from rousseau.state.protocol import DaemonStore, SharedState
+from rousseau.state.records import Progress
 from rousseau.state.store import StoreFullError
 from rousseau.streaming import (
     LEFTOVER,

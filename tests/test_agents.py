@@ -30,6 +30,7 @@ from rousseau.daemon import Daemon
 from rousseau.messages import DEFAULT_AGENT, Inbound
 from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
+from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.transports.base import MemoryTransport
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.helpers import ROUSSEAU, routing
@@ -309,9 +310,9 @@ async def test_a_busy_agent_at_its_limit_never_holds_up_another() -> None:
 
 async def test_a_cron_job_runs_on_the_agent_it_names(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
-    jobs = CronJobs(store)
-    jobs.add_sync("standup", "@every 1s", "write the standup", "slack:D0DM", agent="work")
-    jobs.add_sync("lost", "@every 1s", "nobody runs this", "slack:D0DM", agent="gone")
+    jobs = CronJobs(SqliteCronJobs(store))
+    await jobs.add("standup", "@every 1s", "write the standup", "slack:D0DM", agent="work")
+    await jobs.add("lost", "@every 1s", "nobody runs this", "slack:D0DM", agent="gone")
     store.close()
     async with daemon(tmp_path, **with_workspaces(tmp_path)) as (_telegram, slack, llm):
         with anyio.fail_after(20):

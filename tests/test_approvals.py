@@ -161,9 +161,10 @@ async def test_other_messages_are_answered_not_swallowed(
 
 async def test_cron_turns_never_wait_to_ask(telegram: TelegramHarness, tmp_path: Path) -> None:
     from rousseau.cron import CronJobs
+    from rousseau.state.sqlite_cron import SqliteCronJobs
 
     with Store(tmp_path / "s.db") as store:
-        CronJobs(store).add_sync(
+        await CronJobs(SqliteCronJobs(store)).add(
             "nightly", "@every 1s", "run backup", "telegram:42", timezone="UTC"
         )
     async with daemon(telegram, tmp_path, ROUSSEAU_CRON_POLL_INTERVAL="0.2"):
@@ -175,9 +176,10 @@ async def test_cron_turns_never_wait_to_ask(telegram: TelegramHarness, tmp_path:
 
 async def test_cron_may_have_its_own_approver(telegram: TelegramHarness, tmp_path: Path) -> None:
     from rousseau.cron import CronJobs
+    from rousseau.state.sqlite_cron import SqliteCronJobs
 
     with Store(tmp_path / "s.db") as store:
-        CronJobs(store).add_sync(
+        await CronJobs(SqliteCronJobs(store)).add(
             "nightly", "@every 1s", "run backup", "telegram:42", timezone="UTC"
         )
     config = tmp_path / "config.yaml"

@@ -155,11 +155,13 @@ def poller_of(url: str) -> str | None:
 
 async def every_five_seconds(url: str) -> None:
     """A cron job due every 5 s, told to the Telegram chat 1000."""
+    from rousseau.cron import CronJobs
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_cron import PostgresCronJobs
 
     store = await PostgresStore.open(url)
-    await PostgresCronJobs(store).add("tick", "@every 5s", "tick", "telegram:1000", timezone="UTC")
+    jobs = CronJobs(PostgresCronJobs(store))
+    await jobs.add("tick", "@every 5s", "tick", "telegram:1000", timezone="UTC")
     await store.aclose()
 
 

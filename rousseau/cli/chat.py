@@ -48,7 +48,7 @@ async def _open_session(store: Any, args: argparse.Namespace) -> Any:
 async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.Namespace) -> int:
     from rousseau.agent import RousseauError
     from rousseau.app import connected_agent
-    from rousseau.transports.terminal import default_screen, run_turn
+    from rousseau.cli.terminal import default_screen, run_turn
 
     session = await _open_session(store, args)
     screen = default_screen(interactive=False)
@@ -67,7 +67,7 @@ async def _chat_interactive(
     config: Config, provider: Any, store: Any, args: argparse.Namespace, name: str
 ) -> None:
     from rousseau.app import connected_agent
-    from rousseau.transports.terminal import (
+    from rousseau.cli.terminal import (
         HELP,
         LineReader,
         TerminalApproval,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def add(args: argparse.Namespace) -> int:
-    from rousseau.cron import describe
+    from rousseau.cron import CronJobs, describe
 
     config = load(args)
     transport = args.deliver_to.partition(":")[0]
@@ -23,7 +23,7 @@ def add(args: argparse.Namespace) -> int:
         return 2
     job = on_state(
         args,
-        lambda backend: backend.jobs.add(
+        lambda backend: CronJobs(backend.jobs).add(
             args.name,
             args.schedule,
             args.prompt,
@@ -53,12 +53,12 @@ def list_jobs(args: argparse.Namespace) -> int:
 
 
 def one(args: argparse.Namespace) -> int:
-    from rousseau.cron import describe
+    from rousseau.cron import CronJobs, describe
 
     config = load(args)
 
     async def act(backend: Backend) -> int:
-        jobs = backend.jobs
+        jobs = CronJobs(backend.jobs)
         if args.verb == "remove":
             print(f"removed {(await jobs.remove(args.job)).name}")
         elif args.verb in ("enable", "disable"):

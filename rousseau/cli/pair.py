@@ -44,7 +44,7 @@ def approve(args: argparse.Namespace) -> int:
 def reject(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
     from rousseau.approvals import visible
-    from rousseau.state.daemon_state import REJECTED_FOR
+    from rousseau.state.records import REJECTED_FOR
 
     rejected = on_state(args, lambda backend: backend.state.reject(args.code))
     if rejected is None:

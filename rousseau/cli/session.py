@@ -35,8 +35,8 @@ def search(args: argparse.Namespace) -> int:
 
 def show(args: argparse.Namespace) -> int:
     from rousseau.agent import StoreError
+    from rousseau.cli.terminal import describe_call
     from rousseau.messages import DEFAULT_AGENT
-    from rousseau.transports.terminal import describe_call
 
     async def read(backend: Backend) -> tuple[Any, Any]:
         session_id = await backend.store.resolve(args.id)

@@ -18,10 +18,12 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from rousseau.agent import Agent, Attachment
-from rousseau.cron.jobs import CronError, CronJob, Jobs, RunStatus
+from rousseau.cron.jobs import CronError, schedule_of, target_of
 from rousseau.cron.schedule import Schedule, ScheduleError
 from rousseau.messages import DEFAULT_AGENT, OutgoingFiles, outgoing_files
 from rousseau.state import SessionStore
+from rousseau.state.protocol import JobStore
+from rousseau.state.records import CronJob, RunStatus
 
 log = structlog.get_logger("rousseau.cron")
 
@@ -69,7 +71,7 @@ class CronRunner:
     """The other agents a job may name."""
 
     async def run(self, job: CronJob) -> RunOutcome:
-        transport, recipient = job.target
+        transport, recipient = target_of(job)
         session = await self.store.create_session(title=f"cron: {job.name}")
         # its replies land in the target chat: recall there may find them
         await self.store.set_scope(
@@ -111,7 +113,8 @@ def _one_line(exc: BaseException) -> str:
 
 @dataclass(kw_only=True)
 class Scheduler:
-    jobs: Jobs
+    jobs: JobStore
+    """Where the jobs are kept: the scheduler only reads, claims and moves them on."""
     runner: CronRunner
     poll_interval: float = 60.0
     clock: Callable[[], float] = time.time
@@ -150,7 +153,7 @@ class Scheduler:
         found = self._schedules.get(key)
         if found is None:
             try:
-                found = job.parsed()
+                found = schedule_of(job)
             except ScheduleError as exc:
                 log.error("cron.bad_schedule", job=job.name, error=str(exc))
                 return None

@@ -9,8 +9,10 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from rousseau.agent import ToolCall, ToolOutput
-from rousseau.cron.jobs import CronError, CronJob, Jobs
+from rousseau.cron.jobs import CronError, CronJobs, schedule_of
 from rousseau.messages import DEFAULT_AGENT, current_inbound
+from rousseau.state.protocol import JobStore
+from rousseau.state.records import CronJob
 from rousseau.tools import Tool
 
 
@@ -21,7 +23,7 @@ def describe(job: CronJob) -> str:
     elif job.next_run_at is None:
         upcoming = "never again"
     else:
-        zone = job.parsed().timezone
+        zone = schedule_of(job).timezone
         upcoming = datetime.fromtimestamp(job.next_run_at, zone).strftime("%Y-%m-%d %H:%M %Z")
     return (
         f"{job.name}  [{job.schedule}]  next: {upcoming}  last: {job.last_status or '-'}"
@@ -67,12 +69,12 @@ class CronTool(Tool):
 
     def __init__(
         self,
-        jobs: Jobs,
+        jobs: JobStore,
         *,
         timezone: str = "local",
         on_change: Callable[[], None] | None = None,
     ) -> None:
-        self.jobs = jobs
+        self.jobs = CronJobs(jobs)
         self.timezone = timezone
         self.on_change = on_change
         """Called after a change (the daemon wakes its scheduler)."""

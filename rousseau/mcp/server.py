@@ -18,8 +18,9 @@ import structlog
 from rousseau import __version__
 from rousseau.agent import AllowAllApprover, Approver, ToolCall, ToolOutput, ToolUse
 from rousseau.agent.loop import run_tool
-from rousseau.cron import CronJobs, describe
+from rousseau.cron import describe
 from rousseau.state import Store
+from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.tools import Registry, function_tool
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def store_registry(store: Store) -> Registry:
         return _json([{"role": m.role.value, "text": m.text} for m in session.messages])
 
     async def cron(args: dict[str, Any], call: ToolCall) -> ToolOutput:
-        jobs = await CronJobs(store).all()
+        jobs = await SqliteCronJobs(store).all()
         return ToolOutput(content="\n".join(describe(j) for j in jobs) or "no cron jobs")
 
     limit = {"type": "integer", "minimum": 1, "maximum": 500}

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import anyio
 
 from rousseau.config import Config
-from rousseau.cron.jobs import CronJobs, Jobs
 from rousseau.state.daemon_state import DaemonState, TransportState
-from rousseau.state.protocol import DaemonStore, SessionStore
+from rousseau.state.protocol import DaemonStore, JobStore, SessionStore
+from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.state.store import Store
 
 if TYPE_CHECKING:
@@ -29,8 +29,8 @@ class Backend:
     """Sessions, messages, the audit trail and recall."""
     state: DaemonStore
     """The inbox, outbox, chat map and pairing."""
-    jobs: Jobs
-    """Cron jobs and runs."""
+    jobs: JobStore
+    """Cron jobs and runs (cron.CronJobs checks what is added)."""
     transport_state: Callable[[str], KeyValue]
     """A transport's own durable state, by its name."""
     cluster: PostgresDaemonState | None = None
@@ -57,7 +57,7 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
         return Backend(
             store=store,
             state=DaemonState(store),
-            jobs=CronJobs(store),
+            jobs=SqliteCronJobs(store),
             transport_state=functools.partial(TransportState, store),
         )
     from rousseau.state.postgres import PostgresStore

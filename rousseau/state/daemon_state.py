@@ -10,151 +10,29 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from rousseau.agent import Attachment, Content
 from rousseau.messages import DEFAULT_AGENT, Inbound, Outbound
-from rousseau.state.store import Store
-
-MAX_PENDING_CODES = 20
-"""Pending pairing codes per transport; a newcomer past it evicts the oldest (see pairing_code)."""
-REJECTED_FOR = 86_400.0
-"""How long a sender whose code the owner rejected gets no new one."""
-REJECTED_KEY = "pairing.rejected:"  # transport_state key prefix, + sender id; value: until when
-
-
-class Retention(Protocol):
-    """How long (seconds) finished rows are kept before the sweep deletes them."""
-
-    inbox: float
-    outbox: float
-    audit: float
-    cron_runs: float
-    compacted: float | None
-    """None: messages a summary replaced are kept for good."""
-
-
-SWEEP_BATCH = 10_000
-"""Messages one sweep deletes at most, so a first sweep over years of history never holds
-the writer long; the next sweep goes on."""
-
-
-@dataclass(kw_only=True, slots=True)
-class OutboxRow:
-    id: int
-    message: Outbound
-    attempts: int
-
-
-@dataclass(kw_only=True, slots=True)
-class Progress:
-    """Where an inbound's turn got to (see DaemonState.progress)."""
-
-    appended: bool = False
-    """Its user message is in the session."""
-    done: str | None = None
-    """The answer of a turn that finished but was never queued."""
-    files: list[tuple[Attachment, str]] = field(default_factory=list)
-    """The files that finished turn sent."""
-    preview: list[str] = field(default_factory=list)
-    """The messages its reply was being shown in as it was written."""
-
-
-@dataclass(kw_only=True, slots=True)
-class PairingCode:
-    code: str
-    transport: str
-    sender_id: str
-    chat_id: str
-    expires_at: float
-    created_at: float = 0.0
-
-
-@dataclass(kw_only=True, slots=True)
-class PairingGrant:
-    """The code a stranger is told, and what giving it cost."""
-
-    code: str
-    new: bool
-    """False when the sender already had this live code (they were told it before)."""
-    evicted: PairingCode | None = None
-    """The transport's oldest pending code, dropped to make room for this one."""
-
-
-CODE_COLUMNS = "code, transport, sender_id, chat_id, expires_at, created_at"
-
-
-def pairing_code_of(row: tuple[str, str, str, str, float, float]) -> PairingCode:
-    return PairingCode(
-        code=row[0],
-        transport=row[1],
-        sender_id=row[2],
-        chat_id=row[3],
-        expires_at=row[4],
-        created_at=row[5],
-    )
-
-
-def files_json(attachments: tuple[Attachment, ...]) -> str | None:
-    if not attachments:
-        return None
-    return json.dumps([Content.of_attachment(a).to_dict() for a in attachments])
-
-
-def sent_files(stored: str | None) -> list[tuple[Attachment, str]]:
-    """The files a turn sent, with their captions, from their inbox column."""
-    found = []
-    for entry in json.loads(stored or "[]"):
-        attachment = Content.from_dict(entry["file"]).attachment
-        if attachment is not None:
-            found.append((attachment, str(entry.get("caption") or "")))
-    return found
-
-
-OUTBOX_COLUMNS = (
-    "id, transport, chat_id, thread_id, reply_to, text, attempts, buttons, attachment, replaces"
+from rousseau.state.records import (
+    CODE_COLUMNS,
+    MAX_PENDING_CODES,
+    OUTBOX_COLUMNS,
+    REJECTED_FOR,
+    REJECTED_KEY,
+    SWEEP_BATCH,
+    OutboxRow,
+    PairingCode,
+    PairingGrant,
+    Progress,
+    Retention,
+    files_json,
+    files_of,
+    outbox_params,
+    outbox_row,
+    pairing_code_of,
+    sent_files,
 )
-
-
-def outbox_params(part: Outbound, now: float) -> tuple[object, ...]:
-    """A part's values for a new outbox row: transport, chat_id, thread_id, reply_to, text,
-    next_attempt_at, created_at, buttons, attachment, replaces."""
-    return (
-        part.transport,
-        part.chat_id,
-        part.thread_id,
-        part.reply_to,
-        part.text,
-        now,
-        now,
-        json.dumps(list(part.buttons)) if part.buttons else None,
-        files_json((part.attachment,) if part.attachment else ()),
-        part.replaces,
-    )
-
-
-def outbox_row(r: tuple[Any, ...]) -> OutboxRow:
-    """A part of the outbox from its OUTBOX_COLUMNS."""
-    return OutboxRow(
-        id=r[0],
-        message=Outbound(
-            transport=r[1],
-            chat_id=r[2],
-            thread_id=r[3],
-            reply_to=r[4],
-            text=r[5],
-            buttons=tuple(json.loads(r[7])) if r[7] else (),
-            attachment=next(iter(files_of(r[8])), None),
-            replaces=r[9],
-        ),
-        attempts=r[6],
-    )
-
-
-def files_of(stored: str | None) -> tuple[Attachment, ...]:
-    found = (Content.from_dict(d).attachment for d in json.loads(stored or "[]"))
-    return tuple(a for a in found if a is not None)
+from rousseau.state.store import Store
 
 
 class DaemonState:

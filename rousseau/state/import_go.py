@@ -2,15 +2,15 @@
 
 The Go daemon keeps each session as one JSON payload row, the WhatsApp sender of a chat in
 `jid_sessions`, and scheduled prompts in `cron_jobs` with a bare recipient (a WhatsApp JID
-unless another transport ran the job). Sessions get ids derived from their Go ids and jobs keep
-their names, so a second run finds everything in place and imports nothing new. Jobs go through
-CronJobs, so each is checked exactly as `rousseau cron add` checks it.
+unless another transport ran the job). Sessions get ids derived from their Go ids, so a second
+run finds them in place and imports nothing new. The jobs are only read here, as the Go
+database keeps them: their schedules and targets are cron's to convert and check (the
+`import-go` command adds them as `rousseau cron add` would).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 import uuid
@@ -22,19 +22,25 @@ from pathlib import Path
 from typing import Any
 
 from rousseau.agent import Content, Message, Role, StoreError, ToolResult, ToolUse
-from rousseau.cron.jobs import CronError, CronJob, CronJobs
-from rousseau.cron.targets import TargetError, parse_target
 from rousseau.state.store import TITLE_LENGTH, Store, title_of
 
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/sebastienrousseau/rousseau-agent")
 _SESSION_COLUMNS = {"id", "title", "payload", "created_at", "updated_at"}
-_WHATSAPP_SERVERS = ("s.whatsapp.net", "g.us", "lid")
-_IMESSAGE_GUID = re.compile(r"^(iMessage|SMS|any);[-+];\S+$")
-_SLACK_ID = re.compile(r"^[CDGU][A-Z0-9]{2,}$")
-_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 UNKNOWN_OWNER = "rousseau-agent"
 """The owner prefix of sessions whose transport cannot be told: recalled only with scope all."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GoJob:
+    """A rousseau-agent cron job as its database keeps it."""
+
+    name: str
+    expr: str
+    """Its robfig/cron expression (`TZ=`, Go durations after `@every`)."""
+    prompt: str
+    recipient: str
+    """A bare recipient: a WhatsApp JID, unless another transport ran the job."""
+    enabled: bool
 
 
 @dataclass(kw_only=True, slots=True)
@@ -59,6 +65,8 @@ class GoImport:
     """Sessions without a message, left out."""
     skipped: list[str] = field(default_factory=list)
     """One line per thing left out, or copied only in part, saying why."""
+    jobs: list[GoJob] = field(default_factory=list)
+    """The database's cron jobs, read but not added: adding them is cron's (its checks)."""
 
 
 def session_id_for(go_id: str) -> str:
@@ -66,12 +74,12 @@ def session_id_for(go_id: str) -> str:
     return uuid.uuid5(_NAMESPACE, go_id).hex[:12]
 
 
-def import_go(path: str | Path, store: Store, *, timezone: str = "local") -> GoImport:
-    """Copy the sessions, messages and cron jobs of the rousseau-agent database at `path`.
+def import_go_sessions(path: str | Path, store: Store) -> GoImport:
+    """Copy the sessions and messages of the rousseau-agent database at `path`, and read its
+    cron jobs (into GoImport.jobs).
 
-    Blocking: call it from a thread in async code. The file is opened read-only; `timezone`
-    is the zone of imported schedules without CRON_TZ= (rousseau-agent used the machine's).
-    Raises StoreError when the file is missing or is not a rousseau-agent database.
+    Blocking: call it from a thread in async code. The file is opened read-only. Raises
+    StoreError when the file is missing or is not a rousseau-agent database.
     """
     source = Path(path).expanduser()
     if store.path != ":memory:" and source.exists() and source.samefile(store.path):
@@ -94,8 +102,17 @@ def import_go(path: str | Path, store: Store, *, timezone: str = "local") -> GoI
                 jobs = go.execute(
                     "SELECT name, cron_expr, prompt, deliver_to, enabled FROM cron_jobs"
                     " ORDER BY created_at, name"
-                ).fetchall()
-                _import_jobs(CronJobs(store), jobs, timezone, result)
+                )
+                result.jobs = [
+                    GoJob(
+                        name=str(name).strip(),
+                        expr=str(expr),
+                        prompt=str(prompt),
+                        recipient=str(recipient or ""),
+                        enabled=bool(enabled),
+                    )
+                    for name, expr, prompt, recipient, enabled in jobs
+                ]
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read {source}: {exc}") from None
     return result
@@ -303,98 +320,3 @@ def _epoch(value: Any) -> float | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp() if moment.year > 1970 else None
-
-
-# -- cron jobs ------------------------------------------------------------------------------
-
-
-def _import_jobs(
-    jobs: CronJobs, rows: list[tuple[Any, ...]], timezone: str, result: GoImport
-) -> None:
-    existing: dict[str, CronJob] = {job.name: job for job in jobs.all_sync()}
-    for name, expr, prompt, deliver_to, enabled in rows:
-        name = str(name).strip()
-        target, why = go_target(str(deliver_to or ""))
-        if target is None:
-            result.skipped.append(f"cron job {name!r}: {why}")
-            continue
-        schedule = go_schedule(str(expr))
-        found = existing.get(name)
-        if found is not None:
-            if (found.schedule, found.prompt, found.deliver_to) == (schedule, prompt, target):
-                result.cron_present += 1
-            else:
-                result.skipped.append(f"cron job {name!r}: another job has that name here")
-            continue
-        try:
-            added = jobs.add_sync(
-                name, schedule, str(prompt), target, timezone=timezone, enabled=bool(enabled)
-            )
-        except CronError as exc:
-            result.skipped.append(f"cron job {name!r}: {exc}")
-            continue
-        existing[added.name] = added
-        result.cron_jobs += 1
-
-
-def go_target(recipient: str) -> tuple[str | None, str]:
-    """A rousseau-agent job's bare recipient as `transport:recipient`, or None and why not.
-
-    A WhatsApp JID keeps its server (the chat id rousseau's transport sends to) without the
-    device suffix; other shapes are placed only where just one transport uses them."""
-    text = recipient.strip()
-    if not text:
-        return None, "it has no delivery target"
-    user, at, server = text.partition("@")
-    if at and server in _WHATSAPP_SERVERS:
-        target = f"whatsapp:{user.split(':')[0]}@{server}"
-    elif text.startswith("!") or (text.startswith("@") and ":" in text):
-        target = f"matrix:{text}"
-    elif _IMESSAGE_GUID.match(text):
-        target = f"imessage:{text}"
-    elif text.startswith("group:"):
-        target = f"signal:{text}"
-    elif at:
-        target = f"email:{text}"
-    elif _SLACK_ID.match(text):
-        target = f"slack:{text}"
-    else:
-        try:
-            parse_target(text)
-        except TargetError:
-            return None, (
-                f"{text!r} could be on more than one transport; add the job again with "
-                f"rousseau cron add --deliver-to TRANSPORT:{text}"
-            )
-        return text, ""
-    try:
-        parse_target(target)
-    except TargetError as exc:
-        return None, str(exc)
-    return target, ""
-
-
-def go_schedule(expr: str) -> str:
-    """A robfig/cron expression in rousseau's schedule syntax: `TZ=` becomes `CRON_TZ=` and an
-    `@every` Go duration whole seconds (as robfig/cron rounds it). Anything else is kept."""
-    text = " ".join(expr.split())
-    if text.startswith("TZ="):
-        text = "CRON_" + text
-    zone, spec = ("", text)
-    if text.startswith("CRON_TZ="):
-        zone, _, spec = text.partition(" ")
-    if spec.startswith("@every "):
-        every = _every(spec.removeprefix("@every "))
-        if every is not None:
-            spec = f"@every {every}"
-    return f"{zone} {spec}" if zone else spec
-
-
-def _every(duration: str) -> str | None:
-    parts = _GO_DURATION.findall(duration)
-    if not parts or "".join(n + u for n, u in parts) != duration:
-        return None
-    seconds = max(1, int(sum(float(n) * _GO_UNITS[u] for n, u in parts)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return "".join(f"{v}{u}" for v, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if v)

@@ -24,7 +24,8 @@ import structlog
 
 from rousseau.agent import Attachment, Content, StoreError
 from rousseau.messages import DEFAULT_AGENT, Inbound, Outbound
-from rousseau.state.daemon_state import (
+from rousseau.state.postgres import PostgresStore
+from rousseau.state.records import (
     CODE_COLUMNS,
     MAX_PENDING_CODES,
     OUTBOX_COLUMNS,
@@ -43,7 +44,6 @@ from rousseau.state.daemon_state import (
     pairing_code_of,
     sent_files,
 )
-from rousseau.state.postgres import PostgresStore
 
 log = structlog.get_logger("rousseau.state")
 

@@ -2,7 +2,8 @@
 
 Two backends implement it: `Store` (SQLite, state/store.py, the default) and `PostgresStore`
 (state/postgres.py, for several daemons sharing one database). tests/state/test_protocol.py
-runs one suite against both.
+runs one suite against both. The records these protocols speak in are the store's own
+(state/records.py).
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ from typing import TYPE_CHECKING, Protocol
 from rousseau.agent import Attachment, Role, Session, Usage
 from rousseau.agent.protocols import AuditLog, MessageLog, ToolCallRecord
 from rousseau.messages import DEFAULT_AGENT
+from rousseau.state.records import (
+    CronJob,
+    CronRun,
+    Misfire,
+    OutboxRow,
+    PairingCode,
+    PairingGrant,
+    Progress,
+    Retention,
+    RunStatus,
+)
 
 if TYPE_CHECKING:
     from rousseau.messages import Inbound, Outbound
-    from rousseau.state.daemon_state import (
-        OutboxRow,
-        PairingCode,
-        PairingGrant,
-        Progress,
-        Retention,
-    )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -215,6 +220,70 @@ class DaemonStore(Protocol):
     async def approve(self, code: str) -> PairingCode | None: ...
 
     async def reject(self, code: str, *, for_seconds: float = ...) -> PairingCode | None: ...
+
+
+class JobStore(Protocol):
+    """Cron jobs and their runs, kept as given (SqliteCronJobs, PostgresCronJobs): cron/
+    checks a job's name, schedule and target, and works out its times, before it asks.
+
+    A run row is the claim: one per job and scheduled time, so a time runs once, whichever
+    daemon or restart gets there first."""
+
+    async def add(
+        self,
+        *,
+        name: str,
+        schedule: str,
+        timezone: str,
+        prompt: str,
+        deliver_to: str,
+        enabled: bool,
+        misfire: Misfire,
+        agent: str,
+        now: float,
+        next_run_at: float | None,
+    ) -> CronJob | None:
+        """The new job; None when a job of that name exists."""
+        ...
+
+    async def all(self) -> list[CronJob]:
+        """Every job, by name."""
+        ...
+
+    async def find(self, key: str) -> CronJob | None:
+        """A job by its id (all digits) or its name."""
+        ...
+
+    async def remove(self, key: str) -> CronJob | None:
+        """Delete a job (by id or name) and its runs; the job, or None if there is none."""
+        ...
+
+    async def set_enabled(
+        self, job_id: int, enabled: bool, *, next_run_at: float | None, now: float
+    ) -> CronJob | None:
+        """Enable or disable a job, with its next run; the job as it is now, or None if it
+        is gone."""
+        ...
+
+    async def advance(self, job: CronJob, next_run_at: float | None) -> None:
+        """Move a job's next run on (unless someone changed the job meanwhile)."""
+        ...
+
+    async def claim(
+        self, job: CronJob, scheduled_at: float, status: RunStatus = "running", error: str = ""
+    ) -> int | None:
+        """Record a run of `job` for `scheduled_at`; its id, or None if it was claimed before."""
+        ...
+
+    async def finish(
+        self, run_id: int, job: CronJob, status: RunStatus, *, error: str = "", session_id: str = ""
+    ) -> None:
+        """Record how a run ended, on the run and as its job's last status."""
+        ...
+
+    async def runs(self, job_id: int | None = None, limit: int = 50) -> list[CronRun]:
+        """The newest runs first, of one job or of all."""
+        ...
 
 
 class SharedState(Protocol):

@@ -368,6 +368,7 @@ async def cron(request: Request, login: Login) -> Response:
 
 @guarded("call")
 async def cron_add(request: Request, login: Login) -> Response:
+    from rousseau.cron import CronJobs
     from rousseau.cron.schedule import parse_schedule
 
     face: Face = request.app.state.face
@@ -377,7 +378,7 @@ async def cron_add(request: Request, login: Login) -> Response:
         return back(request, "/cron", "name, schedule, prompt and deliver-to are all needed")
     try:
         parse_schedule(values["schedule"], face.cron_timezone)
-        job = await _backend(request).jobs.add(
+        job = await CronJobs(_backend(request).jobs).add(
             values["name"],
             values["schedule"],
             values["prompt"],
@@ -394,8 +395,10 @@ async def cron_add(request: Request, login: Login) -> Response:
 
 @guarded("call")
 async def cron_act(request: Request, login: Login) -> Response:
+    from rousseau.cron import CronJobs
+
     face: Face = request.app.state.face
-    jobs = _backend(request).jobs
+    jobs = CronJobs(_backend(request).jobs)
     key, verb = request.path_params["id"], request.path_params["verb"]
     if verb not in ("enable", "disable", "run"):
         return PlainTextResponse("not found\n", status_code=404)

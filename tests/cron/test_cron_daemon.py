@@ -18,6 +18,7 @@ from rousseau.config import load_config
 from rousseau.cron import CronJobs
 from rousseau.daemon import Daemon
 from rousseau.state import Store
+from rousseau.state.sqlite_cron import SqliteCronJobs
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.helpers import ROUSSEAU, serving
 from tests.transports.harness_telegram import TelegramHarness
@@ -108,12 +109,14 @@ async def test_a_restart_neither_doubles_nor_loses_a_run(
     telegram: TelegramHarness, tmp_path: Path
 ) -> None:
     with Store(tmp_path / "s.db") as store:
-        CronJobs(store).add_sync("tick", "@every 2s", "tick", "telegram:42", timezone="UTC")
+        await CronJobs(SqliteCronJobs(store)).add(
+            "tick", "@every 2s", "tick", "telegram:42", timezone="UTC"
+        )
     for _ in range(2):
         async with daemon(telegram, tmp_path):
             await anyio.sleep(2.5)
     with Store(tmp_path / "s.db") as store:
-        runs = CronJobs(store).runs_sync()
+        runs = await SqliteCronJobs(store).runs()
     times = [r.scheduled_at for r in runs]
     assert len(times) == len(set(times)) >= 2  # each scheduled time once
     ok = [r for r in runs if r.status == "ok"]
@@ -139,8 +142,10 @@ async def test_cron_run_now_and_a_failed_delivery_is_retried(
     }
     telegram.fake.flood_once = 1  # the first sendMessage gets 429 retry_after=1
     with Store(tmp_path / "s.db") as store:
-        CronJobs(store).add_sync("once", "@every 1h", "hello", "telegram:42", timezone="UTC")
-        job = CronJobs(store).get_sync("once")
+        await CronJobs(SqliteCronJobs(store)).add(
+            "once", "@every 1h", "hello", "telegram:42", timezone="UTC"
+        )
+        job = await CronJobs(SqliteCronJobs(store)).get("once")
     async with daemon(telegram, tmp_path) as running:
         del running
         ran = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "cron", "run", "once", **model))
@@ -151,7 +156,7 @@ async def test_cron_run_now_and_a_failed_delivery_is_retried(
         await anyio.sleep(0.5)
     assert len(telegram.fake.sent) == 1
     with Store(tmp_path / "s.db") as store:
-        [run] = CronJobs(store).runs_sync(job.id)
+        [run] = await SqliteCronJobs(store).runs(job.id)
     assert run.status == "ok"
 
 
@@ -165,7 +170,7 @@ async def test_the_cron_tool_targets_the_asking_chat(
         await anyio.to_thread.run_sync(telegram.dm, "remind me every Monday at 9 to send it")
         assert await sent(telegram, 1) == ["42: Done: I will remind you."]
     with Store(tmp_path / "s.db") as store:
-        [job] = CronJobs(store).all_sync()
+        [job] = await SqliteCronJobs(store).all()
     assert (job.name, job.schedule, job.deliver_to) == ("report", "0 9 * * 1", "telegram:42")
 
 
@@ -176,7 +181,7 @@ async def test_the_cron_tool_is_denied_by_default(
         await anyio.to_thread.run_sync(telegram.dm, "remind me every Monday at 9 to send it")
         await sent(telegram, 1)
     with Store(tmp_path / "s.db") as store:
-        assert CronJobs(store).all_sync() == []
+        assert await SqliteCronJobs(store).all() == []
 
 
 def test_cli_refuses_bad_jobs_in_one_line(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from rousseau.agent import Agent, Options, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.cron import CronJobs, CronRunner, Scheduler
 from rousseau.state import Store
+from rousseau.state.sqlite_cron import SqliteCronJobs
 
 pytestmark = pytest.mark.anyio
 T0 = 1_795_996_800.0  # 2026-11-30 00:00 UTC
@@ -53,11 +54,11 @@ def answer(request: Request) -> Response:
 def scheduler(store: Store, clock: Clock, outbox: Outbox, **runner: object) -> Scheduler:
     agent = Agent(FunctionProvider(answer), options=Options(history=store))
     run = CronRunner(agent=agent, store=store, notify=outbox, **runner)  # type: ignore[arg-type]
-    return Scheduler(jobs=CronJobs(store), runner=run, poll_interval=60, clock=clock)
+    return Scheduler(jobs=SqliteCronJobs(store), runner=run, poll_interval=60, clock=clock)
 
 
 async def add(store: Store, name: str, schedule: str, **options: object) -> None:
-    await CronJobs(store).add(
+    await CronJobs(SqliteCronJobs(store)).add(
         name,
         schedule,
         f"report {name}",
@@ -69,7 +70,7 @@ async def add(store: Store, name: str, schedule: str, **options: object) -> None
 
 
 async def statuses(store: Store) -> list[str]:
-    return [r.status for r in reversed(await CronJobs(store).runs())]
+    return [r.status for r in reversed(await SqliteCronJobs(store).runs())]
 
 
 async def test_a_job_fires_at_its_time_and_not_before(store: Store) -> None:
@@ -84,9 +85,9 @@ async def test_a_job_fires_at_its_time_and_not_before(store: Store) -> None:
     clock.now = soonest + 0.2
     await cron.tick()
     assert outbox.sent == [("telegram", "42", "done: report daily")]
-    [job] = await CronJobs(store).all()
+    [job] = await SqliteCronJobs(store).all()
     assert job.last_status == "ok" and job.next_run_at == soonest + 86400
-    [run] = await CronJobs(store).runs()
+    [run] = await SqliteCronJobs(store).runs()
     assert run.scheduled_at == soonest and run.status == "ok" and run.session_id
     info = await anyio.to_thread.run_sync(store.info_sync, run.session_id)
     assert info is not None and info.title == "cron: daily" and info.message_count == 2
@@ -126,7 +127,7 @@ async def test_downtime_runs_once_and_records_the_missed(store: Store) -> None:
     await scheduler(store, clock, outbox).tick()
     assert len(outbox.sent) == 1
     assert await statuses(store) == ["missed"] * 4 + ["ok"]
-    runs = await CronJobs(store).runs()
+    runs = await SqliteCronJobs(store).runs()
     assert runs[0].scheduled_at == T0 + 5 * 3600  # the newest ran
 
 
@@ -146,19 +147,19 @@ async def test_removed_and_disabled_jobs_do_not_run(store: Store) -> None:
     clock, outbox = Clock(), Outbox()
     await add(store, "gone", "@every 1m")
     await add(store, "paused", "@every 1m")
-    jobs = CronJobs(store)
+    jobs = CronJobs(SqliteCronJobs(store))
     await jobs.remove("gone")
-    await anyio.to_thread.run_sync(jobs.set_enabled_sync, "paused", False)
+    await jobs.set_enabled("paused", False)
     clock.now = T0 + 3600
     await scheduler(store, clock, outbox).tick()
-    assert outbox.sent == [] and await jobs.runs() == []
+    assert outbox.sent == [] and await jobs.store.runs() == []
 
 
 async def test_enabling_counts_from_now_without_catching_up(store: Store) -> None:
     clock, outbox = Clock(), Outbox()
     await add(store, "paused", "@every 1m", enabled=False)
-    jobs = CronJobs(store)
-    job = await anyio.to_thread.run_sync(jobs.set_enabled_sync, "paused", True, T0 + 3600)
+    jobs = CronJobs(SqliteCronJobs(store))
+    job = await jobs.set_enabled("paused", True, T0 + 3600)
     assert job.next_run_at == T0 + 3660
     clock.now = T0 + 3600
     await scheduler(store, clock, outbox).tick()
@@ -167,10 +168,12 @@ async def test_enabling_counts_from_now_without_catching_up(store: Store) -> Non
 
 async def test_a_failure_is_recorded_and_the_target_told(store: Store) -> None:
     clock, outbox = Clock(), Outbox()
-    await CronJobs(store).add("broken", "@every 1m", "fail please", "telegram:42", now=T0)
+    await CronJobs(SqliteCronJobs(store)).add(
+        "broken", "@every 1m", "fail please", "telegram:42", now=T0
+    )
     clock.now = T0 + 60.1
     await scheduler(store, clock, outbox).tick()
-    [run] = await CronJobs(store).runs()
+    [run] = await SqliteCronJobs(store).runs()
     assert run.status == "failed" and "the model is down" in (run.error or "")
     assert outbox.sent == [("telegram", "42", f"Cron job broken failed: {run.error}")]
 
@@ -189,10 +192,10 @@ async def test_a_slow_turn_times_out(store: Store) -> None:
         timeout=0.2,
         notify_failures=False,
     )
-    cron = Scheduler(jobs=CronJobs(store), runner=runner, clock=clock)
+    cron = Scheduler(jobs=SqliteCronJobs(store), runner=runner, clock=clock)
     clock.now = T0 + 60.1
     await cron.tick()
-    [run] = await CronJobs(store).runs()
+    [run] = await SqliteCronJobs(store).runs()
     assert (run.status, run.error) == ("failed", "timed out") and outbox.sent == []
 
 
@@ -200,7 +203,7 @@ async def test_dst_change_in_the_jobs_zone(store: Store) -> None:
     """Europe/Berlin falls back on 2026-10-25: 02:30 happens twice, the job runs once."""
     clock, outbox = Clock(), Outbox()
     start = 1_792_836_000.0  # 2026-10-24 12:00 Berlin
-    await CronJobs(store).add(
+    await CronJobs(SqliteCronJobs(store)).add(
         "night", "30 2 * * *", "night", "telegram:42", timezone="Europe/Berlin", now=start
     )
     cron = scheduler(store, clock, outbox)
@@ -208,7 +211,7 @@ async def test_dst_change_in_the_jobs_zone(store: Store) -> None:
     for _ in range(2 * 24 * 4):  # two days, every 15 minutes
         clock.now += 900
         await cron.tick()
-    fired = [r.scheduled_at for r in reversed(await CronJobs(store).runs())]
+    fired = [r.scheduled_at for r in reversed(await SqliteCronJobs(store).runs())]
     assert [t - start for t in fired] == [14.5 * 3600, 39.5 * 3600]  # 02:30 CEST, 02:30 CET
 
 

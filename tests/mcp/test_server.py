@@ -15,6 +15,7 @@ import pytest
 from rousseau.agent import Message
 from rousseau.cron import CronJobs
 from rousseau.state import Store
+from rousseau.state.sqlite_cron import SqliteCronJobs
 from tests.helpers import ROUSSEAU
 
 pytestmark = pytest.mark.anyio
@@ -98,7 +99,9 @@ async def test_store_tools(tmp_path: Path) -> None:
     with Store(tmp_path / "s.db") as store:
         store.append_message_sync("abc123", Message.user("the marmot hibernates in winter"))
         store.append_message_sync("abc123", Message.assistant("noted"))
-        CronJobs(store).add_sync("digest", "@daily", "digest", "telegram:42", timezone="UTC")
+        await CronJobs(SqliteCronJobs(store)).add(
+            "digest", "@daily", "digest", "telegram:42", timezone="UTC"
+        )
     async with connect(tmp_path) as session:
         await session.initialize()
         found = json.loads(

@@ -75,6 +75,7 @@ async def test_a_cron_job_sends_its_files_with_its_reply(tmp_path: Path) -> None
     from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
     from rousseau.cron import CronJobs, CronRunner
     from rousseau.state import Store
+    from rousseau.state.sqlite_cron import SqliteCronJobs
     from rousseau.tools import Registry
 
     def answer(request: Request) -> Response:
@@ -96,7 +97,7 @@ async def test_a_cron_job_sends_its_files_with_its_reply(tmp_path: Path) -> None
             Registry([tool(tmp_path)]),
             Options(history=store, approver=AllowAllApprover()),
         )
-        jobs = CronJobs(store)
+        jobs = CronJobs(SqliteCronJobs(store))
         job = await jobs.add("weekly", "@weekly", "send the chart", "telegram:42", timezone="UTC")
         outcome = await CronRunner(agent=agent, store=store, notify=notify).run(job)
     assert outcome.status == "ok"

@@ -17,7 +17,9 @@ from rousseau.agent import Message
 from rousseau.cron.jobs import CronError, CronJobs
 from rousseau.messages import Inbound, Outbound
 from rousseau.state import Store
-from rousseau.state.daemon_state import MAX_PENDING_CODES, DaemonState, TransportState
+from rousseau.state.daemon_state import DaemonState, TransportState
+from rousseau.state.records import MAX_PENDING_CODES
+from rousseau.state.sqlite_cron import SqliteCronJobs
 from tests.postgres.server import Postgres
 
 pytestmark = pytest.mark.anyio
@@ -119,7 +121,7 @@ def transport_state(state: Any, name: str) -> Any:
 
 def cron(state: Any) -> Any:
     if isinstance(state, DaemonState):
-        return CronJobs(state.store)
+        return SqliteCronJobs(state.store)
     from rousseau.state.postgres_cron import PostgresCronJobs
 
     return PostgresCronJobs(state.store)
@@ -159,21 +161,22 @@ async def test_transport_state_is_kept_per_transport(state: Any) -> None:
 
 
 async def test_cron_jobs_are_kept_and_each_time_runs_once(state: Any) -> None:
-    jobs = cron(state)
+    store = cron(state)
+    jobs = CronJobs(store)
     job = await jobs.add("daily", "0 9 * * *", "the news", "telegram:42", timezone="UTC")
     assert job.next_run_at is not None
     with pytest.raises(CronError, match="exists already"):
         await jobs.add("daily", "0 9 * * *", "again", "telegram:42")
     assert [j.name for j in await jobs.all()] == ["daily"]
     assert (await jobs.get(str(job.id))).name == "daily"
-    first = await jobs.claim(job, 1000.0)
+    first = await store.claim(job, 1000.0)
     assert first is not None
-    assert await jobs.claim(job, 1000.0) is None  # claimed before: never run twice
-    await jobs.finish(first, job, "ok", session_id="s1")
-    [run] = await jobs.runs(job.id)
+    assert await store.claim(job, 1000.0) is None  # claimed before: never run twice
+    await store.finish(first, job, "ok", session_id="s1")
+    [run] = await store.runs(job.id)
     assert (run.status, run.session_id, run.scheduled_at) == ("ok", "s1", 1000.0)
     assert (await jobs.get("daily")).last_status == "ok"
-    await jobs.advance(job, 5000.0)
+    await store.advance(job, 5000.0)
     assert (await jobs.get("daily")).next_run_at == 5000.0
     await jobs.remove("daily")
     with pytest.raises(CronError):
@@ -340,7 +343,7 @@ async def test_two_daemons_claim_a_cron_time_once(postgres: Postgres) -> None:
 
     pg, _, _ = await pg_daemons(postgres)
     one, two = PostgresCronJobs(pg), PostgresCronJobs(pg)
-    job = await one.add("tick", "* * * * *", "tick", "telegram:42")
+    job = await CronJobs(one).add("tick", "* * * * *", "tick", "telegram:42")
     claims = [await one.claim(job, 60.0 * i) for i in range(5)]
     claims += [await two.claim(job, 60.0 * i) for i in range(5)]
     assert sum(c is not None for c in claims) == 5

@@ -4,6 +4,7 @@ jobs; a second run imports nothing new; a wrong file is one clear error."""
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import sqlite3
 from collections.abc import Iterator
@@ -11,20 +12,17 @@ from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
 import pytest
 import structlog
 
 from rousseau.agent import ContentKind, Role, StoreError
+from rousseau.cli.import_go import go_schedule, go_target, import_file
 from rousseau.cli.import_go import import_go as import_go_command
-from rousseau.cron import CronJobs
+from rousseau.cron import CronJobs, target_of
 from rousseau.state import Store
-from rousseau.state.import_go import (
-    GoImport,
-    go_schedule,
-    go_target,
-    import_go,
-    session_id_for,
-)
+from rousseau.state.import_go import GoImport, session_id_for
+from rousseau.state.sqlite_cron import SqliteCronJobs
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "go_sessions.sql"
 WHATSAPP = "0b6f3a52-3d5e-4a8e-9a3c-6d1f0c2b7e41"
@@ -58,7 +56,7 @@ def stamp(text: str) -> float:
 
 
 def test_sessions_come_with_their_messages_and_tool_calls(go_db: Path, store: Store) -> None:
-    result = import_go(go_db, store, timezone="UTC")
+    result = import_file(go_db, store, timezone="UTC")
 
     assert (result.sessions, result.messages, result.tool_calls) == (3, 12, 2)
     assert result.empty_sessions == 1
@@ -97,7 +95,7 @@ def test_sessions_come_with_their_messages_and_tool_calls(go_db: Path, store: St
 
 
 def test_what_rousseau_has_no_place_for_is_reported(go_db: Path, store: Store) -> None:
-    result = import_go(go_db, store, timezone="UTC")
+    result = import_file(go_db, store, timezone="UTC")
 
     session = store.load_sync(session_id_for(TERMINAL))
     assert session is not None
@@ -112,7 +110,7 @@ def test_what_rousseau_has_no_place_for_is_reported(go_db: Path, store: Store) -
 
 
 def test_a_whatsapp_chat_continues_its_imported_session(go_db: Path, store: Store) -> None:
-    result = import_go(go_db, store, timezone="UTC")
+    result = import_file(go_db, store, timezone="UTC")
 
     whatsapp, telegram = session_id_for(WHATSAPP), session_id_for(TELEGRAM)
     assert result.chats == 1
@@ -141,7 +139,7 @@ def test_an_existing_chat_binding_is_left_alone(go_db: Path, store: Store) -> No
         ),
         write=True,
     )
-    result = import_go(go_db, store, timezone="UTC")
+    result = import_file(go_db, store, timezone="UTC")
     assert result.chats == 0 and result.sessions == 3
     assert sql(store, "SELECT session_id FROM chat_sessions WHERE session_key = ?", key) == [
         ("abc123",)
@@ -149,9 +147,9 @@ def test_an_existing_chat_binding_is_left_alone(go_db: Path, store: Store) -> No
 
 
 def test_cron_jobs_keep_their_schedule_and_get_whatsapp_targets(go_db: Path, store: Store) -> None:
-    result = import_go(go_db, store, timezone="UTC")
+    result = import_file(go_db, store, timezone="UTC")
 
-    jobs = {job.name: job for job in CronJobs(store).all_sync()}
+    jobs = {job.name: job for job in anyio.run(SqliteCronJobs(store).all)}
     assert result.cron_jobs == 3 and set(jobs) == {"morning-brief", "family-digest", "water-plants"}
     brief = jobs["morning-brief"]
     assert (brief.schedule, brief.deliver_to, brief.enabled, brief.timezone) == (
@@ -161,7 +159,7 @@ def test_cron_jobs_keep_their_schedule_and_get_whatsapp_targets(go_db: Path, sto
         "UTC",
     )
     assert brief.prompt == "Summarise my calendar for today."
-    assert brief.target == ("whatsapp", "4915112345678@s.whatsapp.net")
+    assert target_of(brief) == ("whatsapp", "4915112345678@s.whatsapp.net")
     digest = jobs["family-digest"]
     assert digest.schedule == "CRON_TZ=Europe/Berlin 30 18 * * 5"
     assert digest.deliver_to == "whatsapp:120363025246125486@g.us"
@@ -177,13 +175,13 @@ def test_cron_jobs_keep_their_schedule_and_get_whatsapp_targets(go_db: Path, sto
 
 
 def test_a_second_run_imports_nothing_new(go_db: Path, store: Store) -> None:
-    first = import_go(go_db, store, timezone="UTC")
+    first = import_file(go_db, store, timezone="UTC")
     counts = [
         sql(store, f"SELECT count(*) FROM {table}")
         for table in ("sessions", "messages", "cron_jobs", "chat_sessions")
     ]
 
-    second = import_go(go_db, store, timezone="UTC")
+    second = import_file(go_db, store, timezone="UTC")
 
     assert (second.sessions, second.messages, second.tool_calls) == (0, 0, 0)
     assert (second.cron_jobs, second.chats) == (0, 0)
@@ -197,18 +195,21 @@ def test_a_second_run_imports_nothing_new(go_db: Path, store: Store) -> None:
 
 
 def test_a_job_of_the_same_name_is_not_overwritten(go_db: Path, store: Store) -> None:
-    CronJobs(store).add_sync(
-        "morning-brief", "@daily", "Something else.", "telegram:42", timezone="UTC"
+    jobs = CronJobs(SqliteCronJobs(store))
+    anyio.run(
+        functools.partial(
+            jobs.add, "morning-brief", "@daily", "Something else.", "telegram:42", timezone="UTC"
+        )
     )
-    result = import_go(go_db, store, timezone="UTC")
+    result = import_file(go_db, store, timezone="UTC")
     assert result.cron_jobs == 2
     assert any("'morning-brief'" in s and "another job" in s for s in result.skipped)
-    assert CronJobs(store).get_sync("morning-brief").prompt == "Something else."
+    assert anyio.run(jobs.get, "morning-brief").prompt == "Something else."
 
 
 def test_the_source_is_only_read(go_db: Path, store: Store) -> None:
     before = hashlib.sha256(go_db.read_bytes()).hexdigest()
-    import_go(go_db, store, timezone="UTC")
+    import_file(go_db, store, timezone="UTC")
     assert hashlib.sha256(go_db.read_bytes()).hexdigest() == before
 
 
@@ -219,7 +220,7 @@ def test_an_unreadable_payload_skips_that_session_only(go_db: Path, store: Store
             " VALUES ('broken', 't', '{not json', '2025-03-05T00:00:00.000Z',"
             " '2025-03-05T00:00:00.000Z')"
         )
-    result = import_go(go_db, store, timezone="UTC")
+    result = import_file(go_db, store, timezone="UTC")
     assert result.sessions == 3
     assert "session broken: its payload is not a readable session" in result.skipped
 
@@ -244,13 +245,13 @@ def test_a_wrong_file_is_one_clear_error(
     elif kind == "rousseau-store":
         Store(path).close()
     with pytest.raises(StoreError, match=says):
-        import_go(path, store)
+        import_file(path, store)
 
 
 def test_rousseaus_own_store_is_refused_as_a_source(tmp_path: Path) -> None:
     path = tmp_path / "rousseau.db"
     with Store(path) as store, pytest.raises(StoreError, match="rousseau's own store"):
-        import_go(path, store)
+        import_file(path, store)
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,11 @@ import pytest
 
 from rousseau.agent import Attachment, Content, Message, Role, Usage
 from rousseau.agent.protocols import ToolCallRecord
-from rousseau.cron.jobs import CronJobs
+from rousseau.cron import CronJobs
 from rousseau.messages import Inbound, Outbound
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState, TransportState
+from rousseau.state.sqlite_cron import SqliteCronJobs
 from tests.helpers import ROUSSEAU
 from tests.postgres.server import Postgres
 
@@ -54,8 +55,8 @@ async def fill(store: Store) -> None:
     assert grant is not None
     await state.approve("CODE77")
     await TransportState(store, "matrix").set("sync", "s123")
-    jobs = CronJobs(store)
-    job = await jobs.add("daily", "0 9 * * *", "news", "telegram:42", timezone="UTC")
+    jobs = SqliteCronJobs(store)
+    job = await CronJobs(jobs).add("daily", "0 9 * * *", "news", "telegram:42", timezone="UTC")
     run = await jobs.claim(job, 1000.0)
     assert run is not None
     await jobs.finish(run, job, "ok", session_id="s1")
@@ -100,7 +101,7 @@ async def check(url: str) -> None:
     assert await state.is_allowed("telegram", "7")
     assert await PostgresTransportState(store, "matrix").get("sync") == "s123"
     jobs = PostgresCronJobs(store)
-    job = await jobs.get("daily")
+    job = await CronJobs(jobs).get("daily")
     [run] = await jobs.runs(job.id)
     assert (run.status, run.session_id) == ("ok", "s1")
     assert await jobs.claim(job, 1000.0) is None  # the run still claims its time

@@ -7,7 +7,7 @@ import io
 import pytest
 
 from rousseau.agent import ApprovalRequest, ToolUse
-from rousseau.transports.terminal import Painter, Screen, TerminalApproval
+from rousseau.cli.terminal import Painter, Screen, TerminalApproval
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,260 @@
+"""The store's own records, and what both backends share to write and read them.
+
+The store protocol (state/protocol.py) speaks in these; SQLite (daemon_state.py,
+sqlite_cron.py) and PostgreSQL (postgres_daemon.py, postgres_cron.py) map their rows to them
+with the same column lists, so a part read from either backend is the same part. This module
+imports only the agent core and the message records, never a backend.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from rousseau.agent import Attachment, Content
+from rousseau.messages import DEFAULT_AGENT, Outbound
+
+MAX_PENDING_CODES = 20
+"""Pending pairing codes per transport; a newcomer past it evicts the oldest (see pairing_code)."""
+REJECTED_FOR = 86_400.0
+"""How long a sender whose code the owner rejected gets no new one."""
+REJECTED_KEY = "pairing.rejected:"  # transport_state key prefix, + sender id; value: until when
+SWEEP_BATCH = 10_000
+"""Messages one sweep deletes at most, so a first sweep over years of history never holds
+the writer long; the next sweep goes on."""
+
+
+class Retention(Protocol):
+    """How long (seconds) finished rows are kept before the sweep deletes them."""
+
+    inbox: float
+    outbox: float
+    audit: float
+    cron_runs: float
+    compacted: float | None
+    """None: messages a summary replaced are kept for good."""
+
+
+# -- inbox and outbox -----------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class OutboxRow:
+    """A part of a reply waiting in the outbox."""
+
+    id: int
+    """The row's id: what `sent` and `retry_later` name."""
+    message: Outbound
+    """The part itself."""
+    attempts: int
+    """Tries made so far."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Progress:
+    """Where an inbound's turn got to (see DaemonStore.progress)."""
+
+    appended: bool = False
+    """Its user message is in the session."""
+    done: str | None = None
+    """The answer of a turn that finished but was never queued."""
+    files: list[tuple[Attachment, str]] = field(default_factory=list)
+    """The files that finished turn sent."""
+    preview: list[str] = field(default_factory=list)
+    """The messages its reply was being shown in as it was written."""
+
+
+def files_json(attachments: tuple[Attachment, ...]) -> str | None:
+    """Files as their column keeps them (None for none)."""
+    if not attachments:
+        return None
+    return json.dumps([Content.of_attachment(a).to_dict() for a in attachments])
+
+
+def files_of(stored: str | None) -> tuple[Attachment, ...]:
+    """The files of a column written by files_json."""
+    found = (Content.from_dict(d).attachment for d in json.loads(stored or "[]"))
+    return tuple(a for a in found if a is not None)
+
+
+def sent_files(stored: str | None) -> list[tuple[Attachment, str]]:
+    """The files a turn sent, with their captions, from their inbox column."""
+    found = []
+    for entry in json.loads(stored or "[]"):
+        attachment = Content.from_dict(entry["file"]).attachment
+        if attachment is not None:
+            found.append((attachment, str(entry.get("caption") or "")))
+    return found
+
+
+OUTBOX_COLUMNS = (
+    "id, transport, chat_id, thread_id, reply_to, text, attempts, buttons, attachment, replaces"
+)
+
+
+def outbox_params(part: Outbound, now: float) -> tuple[object, ...]:
+    """A part's values for a new outbox row: transport, chat_id, thread_id, reply_to, text,
+    next_attempt_at, created_at, buttons, attachment, replaces."""
+    return (
+        part.transport,
+        part.chat_id,
+        part.thread_id,
+        part.reply_to,
+        part.text,
+        now,
+        now,
+        json.dumps(list(part.buttons)) if part.buttons else None,
+        files_json((part.attachment,) if part.attachment else ()),
+        part.replaces,
+    )
+
+
+def outbox_row(r: tuple[Any, ...]) -> OutboxRow:
+    """A part of the outbox from its OUTBOX_COLUMNS."""
+    return OutboxRow(
+        id=r[0],
+        message=Outbound(
+            transport=r[1],
+            chat_id=r[2],
+            thread_id=r[3],
+            reply_to=r[4],
+            text=r[5],
+            buttons=tuple(json.loads(r[7])) if r[7] else (),
+            attachment=next(iter(files_of(r[8])), None),
+            replaces=r[9],
+        ),
+        attempts=r[6],
+    )
+
+
+# -- pairing --------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class PairingCode:
+    """A one-time code a stranger was given, waiting for the owner's answer."""
+
+    code: str
+    transport: str
+    sender_id: str
+    chat_id: str
+    """Where the stranger asked (where they are told the owner's answer)."""
+    expires_at: float
+    created_at: float = 0.0
+
+
+@dataclass(kw_only=True, slots=True)
+class PairingGrant:
+    """The code a stranger is told, and what giving it cost."""
+
+    code: str
+    new: bool
+    """False when the sender already had this live code (they were told it before)."""
+    evicted: PairingCode | None = None
+    """The transport's oldest pending code, dropped to make room for this one."""
+
+
+CODE_COLUMNS = "code, transport, sender_id, chat_id, expires_at, created_at"
+
+
+def pairing_code_of(row: tuple[str, str, str, str, float, float]) -> PairingCode:
+    """A pairing code from its CODE_COLUMNS."""
+    return PairingCode(
+        code=row[0],
+        transport=row[1],
+        sender_id=row[2],
+        chat_id=row[3],
+        expires_at=row[4],
+        created_at=row[5],
+    )
+
+
+# -- cron jobs and runs ---------------------------------------------------------------------
+
+Misfire = Literal["run_once", "skip"]
+RunStatus = Literal["running", "ok", "failed", "missed", "skipped"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CronJob:
+    """A scheduled prompt as the store keeps it (cron/ reads its schedule and target)."""
+
+    id: int
+    name: str
+    schedule: str
+    """As written: 5-field cron, @daily and the like, or @every, maybe after CRON_TZ=."""
+    timezone: str
+    """The zone for a schedule without CRON_TZ (the config's cron.timezone when added)."""
+    prompt: str
+    deliver_to: str
+    """`transport:recipient`, where the reply goes."""
+    enabled: bool
+    misfire: Misfire
+    """What a start after missed times does: run the latest once, or skip them all."""
+    created_at: float
+    updated_at: float
+    """Changed by an edit (enable, disable): a scheduler's `advance` from before it is void."""
+    last_run_at: float | None
+    last_status: str | None
+    next_run_at: float | None
+    """None: the schedule has no time left."""
+    agent: str = DEFAULT_AGENT
+    """The agent its turns run on."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CronRun:
+    """One scheduled time of a job: claimed, then finished (or recorded as missed)."""
+
+    id: int
+    job_id: int
+    scheduled_at: float
+    """The time it was due: with the job, what makes a run unique."""
+    started_at: float | None
+    finished_at: float | None
+    status: RunStatus
+    error: str | None
+    session_id: str | None
+    """The session its turn ran in."""
+
+
+JOB_COLUMNS = (
+    "id, name, schedule, timezone, prompt, deliver_to, enabled, misfire, created_at,"
+    " updated_at, last_run_at, last_status, next_run_at, agent"
+)
+RUN_COLUMNS = "id, job_id, scheduled_at, started_at, finished_at, status, error, session_id"
+
+
+def job_of(row: tuple[Any, ...]) -> CronJob:
+    """A job from its JOB_COLUMNS."""
+    return CronJob(
+        id=row[0],
+        name=row[1],
+        schedule=row[2],
+        timezone=row[3],
+        prompt=row[4],
+        deliver_to=row[5],
+        enabled=bool(row[6]),
+        misfire=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        last_run_at=row[10],
+        last_status=row[11],
+        next_run_at=row[12],
+        agent=row[13],
+    )
+
+
+def run_of(row: tuple[Any, ...]) -> CronRun:
+    """A run from its RUN_COLUMNS."""
+    return CronRun(
+        id=row[0],
+        job_id=row[1],
+        scheduled_at=row[2],
+        started_at=row[3],
+        finished_at=row[4],
+        status=row[5],
+        error=row[6],
+        session_id=row[7],
+    )
