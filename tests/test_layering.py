@@ -304,42 +304,6 @@ def test_nothing_outside_state_issues_sql() -> None:
     assert offenders == []
 
 
-def _importers_of(paths: list[Path], parts: tuple[str, ...]) -> dict[str, list[str]]:
-    """Which of `paths` import which of `parts`, counting TYPE_CHECKING and lazy imports."""
-    found: dict[str, list[str]] = {}
-    for path in paths:
-        for name in sorted(imported_modules(path)):
-            if name in parts or name.startswith(tuple(p + "." for p in parts)):
-                found.setdefault(str(path.relative_to(PACKAGE)), []).append(name)
-    return found
-
-
-def test_state_imports_nothing_that_uses_it() -> None:
-    """The store owns its records and every statement, cron's too: cron, transports, the
-    router, the daemon and the CLI use it, never the reverse."""
-    above = (
-        "rousseau.cron",
-        "rousseau.transports",
-        "rousseau.router",
-        "rousseau.cli",
-        "rousseau.daemon",
-        "rousseau.app",
-    )
-    assert _importers_of(sorted((PACKAGE / "state").glob("*.py")), above) == {}
-
-
-def test_transports_never_import_the_state() -> None:
-    """A transport keeps its durable state through the KeyValue it is given."""
-    paths = sorted((PACKAGE / "transports").glob("*.py"))
-    assert _importers_of(paths, ("rousseau.state",)) == {}
-
-
-def test_config_imports_no_transport_agent_or_state() -> None:
-    paths = [PACKAGE / "config.py", PACKAGE / "config_go.py"]
-    parts = ("rousseau.transports", "rousseau.agents", "rousseau.state")
-    assert _importers_of(paths, parts) == {}
-
-
 def _loaded_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
