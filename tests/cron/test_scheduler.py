@@ -232,5 +232,5 @@ async def test_a_clock_set_back_recomputes_the_next_run(store: Store) -> None:
     clock.now = T0 + 301
     await cron.tick()
     assert len(outbox.sent) == 2
-    (job,) = await CronJobs(store).all()
+    (job,) = await SqliteCronJobs(store).all()
     assert job.next_run_at == T0 + 600
