@@ -98,7 +98,9 @@ def test_help_loads_no_pydantic_either() -> None:
     assert "pydantic" not in loaded and "yaml" not in loaded
 
 
-@pytest.mark.parametrize("module", ["rousseau.agent", "rousseau.tools", "rousseau.state"])
+@pytest.mark.parametrize(
+    "module", ["rousseau.agent", "rousseau.tools", "rousseau.state", "rousseau.router"]
+)
 def test_exports_are_curated_and_importable(module: str) -> None:
     mod = __import__(module, fromlist=["__all__"])
     assert sorted(mod.__all__) == sorted(set(mod.__all__)), "duplicate names in __all__"
