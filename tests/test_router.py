@@ -172,6 +172,33 @@ async def test_commands() -> None:
     assert len(await store.list_sessions()) == 2
 
 
+async def test_wait_idle_returns_once_every_queued_message_is_answered() -> None:
+    release = anyio.Event()
+
+    async def gated(request: Request) -> Response:
+        await release.wait()
+        return echo(request)
+
+    idle = anyio.Event()
+    async with running(FunctionProvider(gated)) as (router, t):
+
+        async def wait() -> None:
+            await router.wait_idle()
+            idle.set()
+
+        async with anyio.create_task_group() as tg:
+            await t.inject("one", chat_id="a")
+            await t.inject("two", chat_id="b", sender_id="u2")
+            tg.start_soon(wait)
+            await anyio.wait_all_tasks_blocked()
+            assert not idle.is_set()  # both turns wait for the model
+            release.set()
+            await idle.wait()
+        assert await router.state.pending() == []  # both answered, their replies queued
+        sent = await t.wait_sent(2)
+    assert sorted(o.text for o in sent) == ["echo: one", "echo: two"]
+
+
 async def test_failure_gives_an_honest_reply_and_keeps_the_message() -> None:
     store = Store(":memory:")
     async with running(ScriptedProvider(RuntimeError("boom")), store) as (_, t):

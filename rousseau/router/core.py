@@ -70,6 +70,9 @@ class _Item:
 
 @dataclass(kw_only=True)
 class Router:
+    """Takes each inbound message to its answer; made of its settings and collaborators,
+    from which it makes its stages once."""
+
     agent: Agent
     """The default agent (the only one unless `agents:` is configured)."""
     store: SessionStore
