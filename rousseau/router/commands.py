@@ -31,7 +31,7 @@ NOTHING_TO_STOP = "Nothing is running."
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
-class Chat:
+class Context:
     """What a command may use: the router's parts, handed over as they are."""
 
     commands: Commands
@@ -56,7 +56,7 @@ class Command:
     """What it does, its line in /help; empty: not listed."""
     at_once: bool = False
     """Answered as it arrives, not behind the session's turns."""
-    run: Callable[[Chat, Inbound], Awaitable[str]]
+    run: Callable[[Context, Inbound], Awaitable[str]]
     """Does what the command asks; the reply."""
 
 
@@ -64,22 +64,22 @@ class Command:
 class Answer:
     """A reply to a question the daemon asked, taken (as handled) before admission."""
 
-    claims: Callable[[Chat, Inbound], Awaitable[bool]]
+    claims: Callable[[Context, Inbound], Awaitable[bool]]
     """Whether the message is such a reply, from someone who may give it; if not, it is an
     ordinary message."""
-    run: Callable[[Chat, Inbound], Awaitable[str]]
+    run: Callable[[Context, Inbound], Awaitable[str]]
     """Acts on the reply; what its sender is told."""
 
 
-async def _new(chat: Chat, inbound: Inbound) -> str:
-    await chat.sessions.new(inbound)
+async def _new(ctx: Context, inbound: Inbound) -> str:
+    await ctx.sessions.new(inbound)
     return STARTED
 
 
-async def _stop(chat: Chat, inbound: Inbound) -> str:
+async def _stop(ctx: Context, inbound: Inbound) -> str:
     """Cancel the session's running turn (the agent closes what it cut short, a running
     command is killed)."""
-    running = chat.running.get(inbound.session_key)
+    running = ctx.running.get(inbound.session_key)
     # Else the sender's own turns in other threads of the chat: a new mail, or a new
     # thread, is where /stop may come from when the turn runs in another.
     scopes = (
@@ -87,7 +87,7 @@ async def _stop(chat: Chat, inbound: Inbound) -> str:
         if running is not None
         else [
             scope
-            for asked, scope in chat.running.values()
+            for asked, scope in ctx.running.values()
             if (asked.transport, asked.chat_id, asked.sender_id)
             == (inbound.transport, inbound.chat_id, inbound.sender_id)
         ]
@@ -98,23 +98,23 @@ async def _stop(chat: Chat, inbound: Inbound) -> str:
     return STOPPED if scopes else NOTHING_TO_STOP
 
 
-async def _help(chat: Chat, inbound: Inbound) -> str:
-    return chat.commands.help
+async def _help(ctx: Context, inbound: Inbound) -> str:
+    return ctx.commands.help
 
 
-async def _approval_answer(chat: Chat, inbound: Inbound) -> bool:
+async def _approval_answer(ctx: Context, inbound: Inbound) -> bool:
     """An owner's `yes ID` / `no ID` (in groups too, mention or not); from a stranger it is
     an ordinary message."""
-    approvals = chat.approvals
+    approvals = ctx.approvals
     if approvals is None or not await approvals.knows(inbound.text):
         return False
     who = f"{inbound.transport}:{inbound.sender_id}"
-    return who in approvals.owners or await chat.admission.admits(inbound)
+    return who in approvals.owners or await ctx.admission.admits(inbound)
 
 
-async def _settle(chat: Chat, inbound: Inbound) -> str:
-    assert chat.approvals is not None
-    return await chat.approvals.settle(inbound)
+async def _settle(ctx: Context, inbound: Inbound) -> str:
+    assert ctx.approvals is not None
+    return await ctx.approvals.settle(inbound)
 
 
 COMMANDS: tuple[Command | Answer, ...] = (
@@ -147,12 +147,12 @@ class Commands:
             return None
         return self._named.get(text.split(maxsplit=1)[0].lower())
 
-    async def on_arrival(self, chat: Chat, inbound: Inbound) -> Admitted | None:
+    async def on_arrival(self, ctx: Context, inbound: Inbound) -> Admitted | None:
         """The verdict on an answer, persisted as handled (a redelivery answers nothing);
         None for any other message, which admission decides."""
         for answer in self._answers:
-            if await answer.claims(chat, inbound):
-                if await chat.state.accept(inbound, ignored=True):
-                    return Admitted(verdict=Verdict.ANSWER, reply=await answer.run(chat, inbound))
+            if await answer.claims(ctx, inbound):
+                if await ctx.state.accept(inbound, ignored=True):
+                    return Admitted(verdict=Verdict.ANSWER, reply=await answer.run(ctx, inbound))
                 return Admitted(verdict=Verdict.DROP)
         return None

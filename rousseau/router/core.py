@@ -32,7 +32,7 @@ from rousseau.delivery import Courier
 from rousseau.messages import Inbound, KeyValue
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
-from rousseau.router.commands import Chat, Command, Commands
+from rousseau.router.commands import Command, Commands, Context
 from rousseau.router.replies import Replies
 from rousseau.router.sessions import Sessions
 from rousseau.router.settings import RouterSettings
@@ -146,7 +146,7 @@ class Router:
             metrics=self.metrics,
         )
         self._commands = Commands()
-        self._chat = Chat(
+        self._context = Context(
             commands=self._commands,
             state=self.state,
             kv=self._kv,
@@ -173,7 +173,7 @@ class Router:
             raise ShuttingDown()
         self.metrics.inbound.labels(inbound.transport).inc()
         try:
-            admitted = await self._commands.on_arrival(self._chat, inbound)
+            admitted = await self._commands.on_arrival(self._context, inbound)
             if admitted is None:
                 admitted = await self.admission.decide(inbound)
             if admitted.verdict is Verdict.ANSWER:
@@ -282,7 +282,7 @@ class Router:
 
     async def _at_once(self, command: Command, inbound: Inbound) -> None:
         """A command answered as it arrives, beside the session's turns."""
-        reply = await command.run(self._chat, inbound)
+        reply = await command.run(self._context, inbound)
         try:
             await self._replies.reply(inbound, reply)
         except Exception:  # still pending on disk: the next start answers it
@@ -298,7 +298,7 @@ class Router:
         ):
             command = self._commands.named(inbound)
             if command is not None:
-                await self._replies.reply(inbound, await command.run(self._chat, inbound))
+                await self._replies.reply(inbound, await command.run(self._context, inbound))
                 return
             if inbound.refusal:  # its files were refused: say so, and spend no model call
                 await self._replies.reply(inbound, inbound.refusal)
