@@ -42,7 +42,7 @@ from rousseau.policy import ChatPolicy, RateLimiter
 from rousseau.policy import chat_policies as configured_policies
 from rousseau.providers import build_provider, detect_provider
 from rousseau.providers.lazy import LazyProvider
-from rousseau.router import Router
+from rousseau.router import Router, RouterSettings
 from rousseau.state import SessionStore
 from rousseau.state.backend import Backend, open_backend
 from rousseau.state.lock import DaemonLock
@@ -293,7 +293,6 @@ class Daemon:
                 if (ws := Path(config.for_agent(name).agent.workspace).expanduser())
                 != self._media.workspace
             },
-            agent_turns=turn_limits(config),
             approvals=approvals,
             store=store,
             daemon_state=backend.state,
@@ -306,18 +305,21 @@ class Daemon:
                 {k: parse_rate(v) for k, v in rl.per_transport.items()},
                 rl.max_keys,
             ),
-            denied_reply=rl.denied_reply,
-            max_concurrent_turns=config.max_concurrent_turns,
             metrics=self.metrics,
-            turn_timeout=config.agent.turn_timeout,
-            send_timeout=config.send_timeout,
-            voice_hint=VOICE_HINT if config.media.transcription is None else "",
-            streaming={name: _stream_settings(config, name) for name in self.transports},
-            acks={
-                name: emoji
-                for name in self.transports
-                if (emoji := getattr(getattr(config, name, None), "ack_reaction", ""))
-            },
+            settings=RouterSettings(
+                denied_reply=rl.denied_reply,
+                max_concurrent_turns=config.max_concurrent_turns,
+                agent_turns=turn_limits(config),
+                turn_timeout=config.agent.turn_timeout,
+                send_timeout=config.send_timeout,
+                voice_hint=VOICE_HINT if config.media.transcription is None else "",
+                streaming={name: _stream_settings(config, name) for name in self.transports},
+                acks={
+                    name: emoji
+                    for name in self.transports
+                    if (emoji := getattr(getattr(config, name, None), "ack_reaction", ""))
+                },
+            ),
         )
         if approvals is not None:
             approvals.notify = router.notify

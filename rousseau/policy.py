@@ -1,8 +1,9 @@
 """Admission: whether an inbound message is taken, answered without a turn, or dropped.
 
-Decided once, here, in a fixed order: an owner's approval answer; a group message that does
-not address the bot; a duplicate delivery (dropped before it costs anything); a stranger;
-the sender's rate limit. The router acts on the one verdict this returns.
+Decided once, here, in a fixed order: a group message that does not address the bot; a
+duplicate delivery (dropped before it costs anything); a stranger; the sender's rate limit.
+The router acts on the one verdict this returns (an owner's approval answer is looked for
+before, among the router's commands).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 
 import structlog
 
-from rousseau.approvals import ChatApprovals
 from rousseau.messages import Inbound
 from rousseau.state.protocol import DaemonStore
 
@@ -118,13 +118,11 @@ class Admission:
         state: DaemonStore,
         policies: dict[str, ChatPolicy],
         rate_limiter: RateLimiter,
-        approvals: ChatApprovals | None = None,
         denied_reply: str = "",
     ) -> None:
         self.state = state
         self.policies = policies
         self.rate_limiter = rate_limiter
-        self.approvals = approvals
         self.denied_reply = denied_reply
         self._strangers = Bounded(10_000)
         self._denied = Bounded(10_000)
@@ -139,15 +137,6 @@ class Admission:
     async def decide(self, inbound: Inbound) -> Admitted:
         """The verdict for one inbound; anything taken is persisted before this returns."""
         policy = self.policy(inbound.transport)
-        approvals = self.approvals
-        if approvals is not None and await approvals.knows(inbound.text):
-            # An owner's `yes ID` / `no ID` settles a waiting tool call and goes no further
-            # (in groups too, mention or not). From a stranger it is an ordinary message.
-            who = f"{inbound.transport}:{inbound.sender_id}"
-            if who in approvals.owners or await self._admitted(inbound, policy):
-                if await self.state.accept(inbound, ignored=True):  # a redelivery answers nothing
-                    return Admitted(verdict=Verdict.ANSWER, reply=await approvals.settle(inbound))
-                return _DROP
         if inbound.is_group and policy.require_mention and not inbound.mentioned:
             log.debug("router.ignored_group", transport=inbound.transport, chat=inbound.chat_id)
             return _DROP
@@ -177,6 +166,10 @@ class Admission:
         if inbound.is_group and policy.require_mention and not inbound.mentioned:
             return False
         return await self._admitted(inbound, policy)
+
+    async def admits(self, inbound: Inbound) -> bool:
+        """Whether the sender is let in on the message's transport (mention or not)."""
+        return await self._admitted(inbound, self.policy(inbound.transport))
 
     async def _admitted(self, inbound: Inbound, policy: ChatPolicy) -> bool:
         if policy.policy == "open" or inbound.sender_id in policy.allowlist:

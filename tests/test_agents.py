@@ -28,7 +28,7 @@ from rousseau.config import ConfigError, RouteConfig, load_config
 from rousseau.cron import CronJobs
 from rousseau.daemon import Daemon
 from rousseau.messages import DEFAULT_AGENT, Inbound
-from rousseau.router import ChatPolicy, RateLimiter, Router
+from rousseau.router import ChatPolicy, RateLimiter, Router, RouterSettings
 from rousseau.state import Store
 from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.transports.base import MemoryTransport
@@ -289,8 +289,7 @@ async def test_a_busy_agent_at_its_limit_never_holds_up_another() -> None:
         agent=Agent(FunctionProvider(lambda r: text_reply("private answer"))),
         agents={"family": Agent(FunctionProvider(family))},
         routes=Routes(routes=[RouteConfig(agent="family", chat="group*")]),
-        agent_turns={"family": 1},
-        max_concurrent_turns=2,
+        settings=RouterSettings(agent_turns={"family": 1}, max_concurrent_turns=2),
         store=store,
         transports={"memory": transport},
         policies={"memory": ChatPolicy(policy="open", require_mention=False)},

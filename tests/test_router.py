@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from rousseau.agent import Agent, Message, Options, Request, Response
 from rousseau.agent.testing import FunctionProvider, ScriptedProvider, text_reply
-from rousseau.router import FAILED_REPLY, ChatPolicy, RateLimiter, Router
+from rousseau.router import FAILED_REPLY, ChatPolicy, RateLimiter, Router, RouterSettings
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
 from rousseau.streaming import StreamSettings
@@ -36,6 +36,7 @@ async def running(
     policy: ChatPolicy | None = None,
     rate: tuple[int, float] = (100, 1.0),
     max_length: int = 4096,
+    **settings: Any,
 ) -> AsyncIterator[tuple[Router, MemoryTransport]]:
     own = store is None
     store = store or Store(":memory:")
@@ -46,7 +47,7 @@ async def running(
         transports={"memory": transport},
         policies={"memory": policy or ChatPolicy(allowlist=frozenset({"user", "u2"}))},
         rate_limiter=RateLimiter(rate, {}, 100),
-        denied_reply="slow down",
+        settings=RouterSettings(denied_reply="slow down", **settings),
     )
     async with routing(router, transport):
         yield router, transport
@@ -171,6 +172,33 @@ async def test_commands() -> None:
     assert len(await store.list_sessions()) == 2
 
 
+async def test_wait_idle_returns_once_every_queued_message_is_answered() -> None:
+    release = anyio.Event()
+
+    async def gated(request: Request) -> Response:
+        await release.wait()
+        return echo(request)
+
+    idle = anyio.Event()
+    async with running(FunctionProvider(gated)) as (router, t):
+
+        async def wait() -> None:
+            await router.wait_idle()
+            idle.set()
+
+        async with anyio.create_task_group() as tg:
+            await t.inject("one", chat_id="a")
+            await t.inject("two", chat_id="b", sender_id="u2")
+            tg.start_soon(wait)
+            await anyio.wait_all_tasks_blocked()
+            assert not idle.is_set()  # both turns wait for the model
+            release.set()
+            await idle.wait()
+        assert await router.state.pending() == []  # both answered, their replies queued
+        sent = await t.wait_sent(2)
+    assert sorted(o.text for o in sent) == ["echo: one", "echo: two"]
+
+
 async def test_failure_gives_an_honest_reply_and_keeps_the_message() -> None:
     store = Store(":memory:")
     async with running(ScriptedProvider(RuntimeError("boom")), store) as (_, t):
@@ -232,8 +260,7 @@ async def test_rate_limit_replies_once_and_skips_the_model() -> None:
 
 async def test_evicted_sessions_reload_with_their_history() -> None:
     provider = FunctionProvider(lambda r: text_reply(f"{len(r.messages)} messages"))
-    async with running(provider) as (router, t):
-        router.session_cache_messages = 3
+    async with running(provider, session_cache_messages=3) as (router, t):
         for i in range(3):
             await t.inject(f"a{i}", chat_id="a")
             await t.inject(f"b{i}", chat_id="b", sender_id="u2")
@@ -265,7 +292,7 @@ async def test_a_message_counts_only_its_own_session_against_the_cache_bound() -
         for sent, chat in enumerate(("a", "b", "c"), start=1):
             inbound = await t.inject("hi", chat_id=chat)
             await t.wait_sent(sent)
-            session = await router._session(inbound)
+            session = await router._sessions.get(inbound)
             session.messages = Watched(session.messages, chat)
         looked.clear()
         await t.inject("again", chat_id="a")
@@ -291,14 +318,13 @@ async def test_a_fast_turn_starts_no_typing_or_preview_task() -> None:
         shown.append(text)  # (an error here would only be logged: the preview is a courtesy)
         return "p1"
 
-    async with running(FunctionProvider(answer)) as (router, t):
-        router.streaming = {"memory": StreamSettings()}
+    async with running(FunctionProvider(answer), streaming={"memory": StreamSettings()}) as (_, t):
         t.preview = preview  # type: ignore[attr-defined]  # the transport streams replies
         await t.inject("hi")
         [out] = await t.wait_sent(1)
     assert out.text == "echo: hi" and others
     assert (
-        not {f"rousseau.{n}" for n in ("router.Router._typing", "streaming.Preview.run")}
+        not {f"rousseau.{n}" for n in ("router.turns.Turns._typing", "streaming.Preview.run")}
         & others[0]
     )
     assert shown == []  # a preview is shown a second after the first token

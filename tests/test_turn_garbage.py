@@ -38,7 +38,7 @@ async def test_streamed_turns_leave_nothing_for_the_garbage_collector(
     # Quick turns, as under load: no typing task is started and cancelled (a cancelled task
     # leaves a young exception cycle, which the collector's first generation frees at once),
     # even if this machine stalls for a moment.
-    monkeypatch.setattr("rousseau.router.TYPING_AFTER", 60.0)
+    monkeypatch.setattr("rousseau.router.turns.TYPING_AFTER", 60.0)
     transport = TelegramTransport(telegram.token, base_url=telegram.url, poll_timeout=1)
     async with serving(transport, config_in(tmp_path), FunctionProvider(echo), ["42"]):
         telegram.push("warm up")

@@ -17,7 +17,15 @@ from structlog.testing import capture_logs
 from rousseau.agent import Agent, Message, Options, Request, Response, StoreError
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.messages import Outbound
-from rousseau.router import BROKEN_REPLY, TIMEOUT_REPLY, ChatPolicy, RateLimiter, Router
+from rousseau.router import (
+    BROKEN_REPLY,
+    TIMEOUT_REPLY,
+    ChatPolicy,
+    RateLimiter,
+    Router,
+    RouterSettings,
+)
+from rousseau.router.turns import Turns
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
 from rousseau.transports.base import MemoryTransport
@@ -56,8 +64,7 @@ async def running(
         transports=dict(transports),
         policies={n: ChatPolicy(allowlist=frozenset({"user", "u2"})) for n in names},
         rate_limiter=RateLimiter(rate, {}, 100),
-        denied_reply="slow down",
-        turn_timeout=turn_timeout,
+        settings=RouterSettings(denied_reply="slow down", turn_timeout=turn_timeout),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(router.run)
@@ -72,9 +79,9 @@ async def running(
 @pytest.fixture
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """A failed turn is retried within 50 ms."""
-    import rousseau.router
+    import rousseau.router.core
 
-    monkeypatch.setattr(rousseau.router, "RETRY_CAP", 0.05)
+    monkeypatch.setattr(rousseau.router.core, "RETRY_CAP", 0.05)
 
 
 def texts(transport: MemoryTransport) -> list[str]:
@@ -199,14 +206,14 @@ async def test_a_poison_message_fails_alone_and_the_next_is_answered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = Store(tmp_path / "s.db")
-    real_append = Router._append_user
+    real_append = Turns._append_user
 
-    async def poisoned(self: Router, session: Any, inbound: Any) -> None:
+    async def poisoned(self: Turns, session: Any, inbound: Any) -> None:
         if "poison" in inbound.text:
             raise ValueError("cannot handle this message")
         await real_append(self, session, inbound)
 
-    monkeypatch.setattr(Router, "_append_user", poisoned)
+    monkeypatch.setattr(Turns, "_append_user", poisoned)
     with capture_logs() as logs:
         async with running(store, FunctionProvider(Echo())) as (_, transports):
             t = transports["memory"]
@@ -348,7 +355,8 @@ async def test_a_turn_waiting_for_approval_holds_no_turn_slot(tmp_path: Path) ->
         policies={"memory": ChatPolicy(allowlist=frozenset({"user", "u2"}))},
         rate_limiter=RateLimiter((100, 1.0), {}, 100),
         approvals=approvals,
-        max_concurrent_turns=1,  # one turn at a time: the waiting one must give its place up
+        # one turn at a time: the waiting one must give its place up
+        settings=RouterSettings(max_concurrent_turns=1),
     )
     approvals.notify = router.notify
     async with anyio.create_task_group() as tg:

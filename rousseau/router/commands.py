@@ -1,0 +1,158 @@
+"""Chat commands: the router's, never the model's (DESIGN.md sections 1 and 8).
+
+Each is one entry of COMMANDS. A `Command` is called by name, the message's first word, and
+answered in the session's order in place of a turn; or, `at_once`, as it arrives (`/stop`
+must not wait behind the turn it stops). An `Answer` is a reply to a question the daemon
+asked (`yes ID` / `no ID`): it is looked for before admission, since the person answering
+may be an owner the chat's policy would not otherwise let in. `/help` lists the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import anyio
+import structlog
+
+from rousseau.approvals import ChatApprovals
+from rousseau.messages import Inbound, KeyValue
+from rousseau.policy import Admission, Admitted, Verdict
+from rousseau.router.sessions import Sessions
+from rousseau.state.protocol import DaemonStore
+
+log = structlog.get_logger("rousseau.router")
+
+INTRO = "I'm an assistant. Just write to me."
+"""The first line of /help; a line per listed command follows."""
+STARTED = "Started a new conversation."
+STOPPED = "Stopped."
+NOTHING_TO_STOP = "Nothing is running."
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Context:
+    """What a command may use: the router's parts, handed over as they are."""
+
+    commands: Commands
+    """The table this command is in (what /help lists)."""
+    state: DaemonStore
+    kv: Callable[[str], KeyValue]
+    """A transport's own durable state (per-chat choices such as spoken replies)."""
+    sessions: Sessions
+    running: Mapping[str, tuple[Inbound, anyio.CancelScope]]
+    """The turn running in each session, and the message it answers."""
+    admission: Admission
+    approvals: ChatApprovals | None
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Command:
+    """A command called by name."""
+
+    names: tuple[str, ...]
+    """What the message starts with (`/new`), in any case; the first is its main name."""
+    usage: str = ""
+    """What it does, its line in /help; empty: not listed."""
+    at_once: bool = False
+    """Answered as it arrives, not behind the session's turns."""
+    run: Callable[[Context, Inbound], Awaitable[str]]
+    """Does what the command asks; the reply."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Answer:
+    """A reply to a question the daemon asked, taken (as handled) before admission."""
+
+    claims: Callable[[Context, Inbound], Awaitable[bool]]
+    """Whether the message is such a reply, from someone who may give it; if not, it is an
+    ordinary message."""
+    run: Callable[[Context, Inbound], Awaitable[str]]
+    """Acts on the reply; what its sender is told."""
+
+
+async def _new(ctx: Context, inbound: Inbound) -> str:
+    await ctx.sessions.new(inbound)
+    return STARTED
+
+
+async def _stop(ctx: Context, inbound: Inbound) -> str:
+    """Cancel the session's running turn (the agent closes what it cut short, a running
+    command is killed)."""
+    running = ctx.running.get(inbound.session_key)
+    # Else the sender's own turns in other threads of the chat: a new mail, or a new
+    # thread, is where /stop may come from when the turn runs in another.
+    scopes = (
+        [running[1]]
+        if running is not None
+        else [
+            scope
+            for asked, scope in ctx.running.values()
+            if (asked.transport, asked.chat_id, asked.sender_id)
+            == (inbound.transport, inbound.chat_id, inbound.sender_id)
+        ]
+    )
+    for scope in scopes:
+        scope.cancel()
+        log.info("router.turn_stopped", transport=inbound.transport, chat=inbound.chat_id)
+    return STOPPED if scopes else NOTHING_TO_STOP
+
+
+async def _help(ctx: Context, inbound: Inbound) -> str:
+    return ctx.commands.help
+
+
+async def _approval_answer(ctx: Context, inbound: Inbound) -> bool:
+    """An owner's `yes ID` / `no ID` (in groups too, mention or not); from a stranger it is
+    an ordinary message."""
+    approvals = ctx.approvals
+    if approvals is None or not await approvals.knows(inbound.text):
+        return False
+    who = f"{inbound.transport}:{inbound.sender_id}"
+    return who in approvals.owners or await ctx.admission.admits(inbound)
+
+
+async def _settle(ctx: Context, inbound: Inbound) -> str:
+    assert ctx.approvals is not None
+    return await ctx.approvals.settle(inbound)
+
+
+COMMANDS: tuple[Command | Answer, ...] = (
+    Command(names=("/new", "/reset"), usage="start a fresh conversation", run=_new),
+    Command(names=("/stop",), usage="stop the answer being written", at_once=True, run=_stop),
+    Command(names=("/help",), usage="this message", run=_help),
+    Answer(claims=_approval_answer, run=_settle),
+)
+
+
+class Commands:
+    """A table of commands, looked up by the messages that call them."""
+
+    def __init__(self, table: Sequence[Command | Answer] = COMMANDS) -> None:
+        self._named = {
+            name: command
+            for command in table
+            if isinstance(command, Command)
+            for name in command.names
+        }
+        self._answers = [answer for answer in table if isinstance(answer, Answer)]
+        listed = [c for c in table if isinstance(c, Command) and c.usage]
+        self.help = "\n".join([INTRO, *(f"{' or '.join(c.names)}: {c.usage}" for c in listed)])
+        """What /help says."""
+
+    def named(self, inbound: Inbound) -> Command | None:
+        """The command the message calls by name, if any."""
+        text = inbound.text.strip()
+        if not text.startswith("/"):
+            return None
+        return self._named.get(text.split(maxsplit=1)[0].lower())
+
+    async def on_arrival(self, ctx: Context, inbound: Inbound) -> Admitted | None:
+        """The verdict on an answer, persisted as handled (a redelivery answers nothing);
+        None for any other message, which admission decides."""
+        for answer in self._answers:
+            if await answer.claims(ctx, inbound):
+                if await ctx.state.accept(inbound, ignored=True):
+                    return Admitted(verdict=Verdict.ANSWER, reply=await answer.run(ctx, inbound))
+                return Admitted(verdict=Verdict.DROP)
+        return None

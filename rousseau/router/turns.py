@@ -1,0 +1,367 @@
+"""The turn runner: one message's turn, from its user message to its queued answer, with
+what the chat sees meanwhile (typing, a streamed preview, an approval wait) and the honest
+reply when the model fails or takes too long (DESIGN.md section 1, steps 6 and 7); and the
+slots that bound how many turns run at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from rousseau.agent import (
+    Agent,
+    Attachment,
+    Content,
+    Message,
+    Response,
+    Role,
+    Session,
+    StoreError,
+    StreamEvent,
+    StreamEventKind,
+)
+from rousseau.messages import Inbound, KeyValue, OutgoingFiles, current_inbound, outgoing_files
+from rousseau.metrics import Metrics
+from rousseau.router.replies import Replies
+from rousseau.router.sessions import Sessions
+from rousseau.router.settings import RouterSettings
+from rousseau.state.protocol import DaemonStore
+from rousseau.state.records import Progress
+from rousseau.streaming import Preview, StreamSettings, status_line
+from rousseau.transports.abilities import Abilities
+from rousseau.transports.base import Transport
+
+log = structlog.get_logger("rousseau.router")
+
+FAILED_REPLY = (
+    "Sorry, I couldn't answer that just now (the model did not respond). "
+    "Your message is kept; please try again in a moment."
+)
+TIMEOUT_REPLY = (
+    "Sorry, that took too long, so I stopped working on it. "
+    "Your message is kept; please try again, perhaps with a smaller request."
+)
+WAITING = "⏳ waiting for an owner to approve a tool call…"
+STOPPED_MARK = "(stopped)"
+"""What a stopped turn's preview is left showing."""
+TYPING_EVERY = 4.0
+TYPING_AFTER = 0.5  # a reply faster than this needs no typing indicator
+_HINTED = "rousseau.voice_hint:"
+"""A chat's key, among its transport's state, once it was given the voice hint."""
+
+_previewing: ContextVar[Preview | None] = ContextVar("previewing", default=None)
+"""The preview of the turn this task runs, if its reply streams (an approval wait shows in it)."""
+_in_slot: ContextVar[tuple[anyio.CapacityLimiter, ...]] = ContextVar("in_turn_slot", default=())
+"""The turn slots this task holds: its agent's (if it has a limit), then the daemon's."""
+
+
+class _Later:
+    """Tasks started in a task group after a delay, by the event loop's timers: a turn that
+    ends first starts none of them (a task started and cancelled at each turn, for typing and
+    again for the preview, cost 2-3% of a message's CPU). The daemon runs on asyncio."""
+
+    def __init__(self, tg: TaskGroup) -> None:
+        self._tg = tg
+        self._loop = asyncio.get_running_loop()
+        self._timers: list[asyncio.TimerHandle] = []
+
+    def start(self, delay: float, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        self._timers.append(self._loop.call_later(delay, self._spawn, fn, args))
+
+    def _spawn(self, fn: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]) -> None:
+        self._tg.start_soon(fn, *args)
+
+    def cancel(self) -> None:
+        """Start nothing more (before the task group ends: a later start would fail)."""
+        for timer in self._timers:
+            timer.cancel()
+        # A cancelled timer keeps the context it was made in, which may hold what holds this:
+        # let go of it, so that what the turn made is freed when it ends, not by the GC.
+        self._timers.clear()
+
+
+class TurnSlots:
+    """Turns running at once: at most `max_concurrent_turns` in all, and at most an agent's
+    own limit of that agent's (see RouterSettings.agent_turns)."""
+
+    def __init__(self, settings: RouterSettings) -> None:
+        self._limiter = anyio.CapacityLimiter(settings.max_concurrent_turns)
+        self._agents = {
+            name: anyio.CapacityLimiter(turns) for name, turns in settings.agent_turns.items()
+        }
+
+    @asynccontextmanager
+    async def hold(self, agent: str) -> AsyncIterator[None]:
+        """A turn's slot: its agent's own (where the agent has a limit), then the daemon's."""
+        own = self._agents.get(agent)
+        held = (self._limiter,) if own is None else (own, self._limiter)
+        async with own or contextlib.nullcontext(), self._limiter:
+            token = _in_slot.set(held)
+            try:
+                yield
+            finally:
+                _in_slot.reset(token)
+
+    @asynccontextmanager
+    async def released(self) -> AsyncIterator[None]:
+        """While a turn waits for a person (an approval), its turn slot serves others, and
+        its preview (if its reply streams) says what it waits for."""
+        preview = _previewing.get()
+        if preview is not None:
+            preview.status(WAITING)
+        held = _in_slot.get()
+        for limiter in reversed(held):
+            limiter.release()
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                for limiter in held:
+                    await limiter.acquire()
+
+
+class Turns:
+    """Runs the turns the Router's workers hand it, one message each."""
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        agents: Mapping[str, Agent],
+        settings: RouterSettings,
+        state: DaemonStore,
+        kv: Callable[[str], KeyValue],
+        sessions: Sessions,
+        replies: Replies,
+        transports: Mapping[str, Transport],
+        file_moves: Mapping[str, Callable[[Attachment], Awaitable[Attachment]]],
+        metrics: Metrics,
+    ) -> None:
+        self._agent = agent
+        self._agents = agents
+        self._settings = settings
+        self._state = state
+        self._kv = kv
+        self._sessions = sessions
+        self._replies = replies
+        self._transports = transports
+        self._abilities = {name: Abilities.of(t) for name, t in transports.items()}
+        """Each transport's optional abilities, looked up once."""
+        self._file_moves = file_moves
+        self._metrics = metrics
+        self.running: dict[str, tuple[Inbound, anyio.CancelScope]] = {}
+        """The turn running in each session, and the message it answers (what /stop
+        cancels)."""
+
+    def agent_of(self, inbound: Inbound) -> Agent:
+        return self._agents.get(inbound.agent, self._agent)
+
+    async def ack(self, inbound: Inbound) -> None:
+        """The receipt reaction on a message taken in for a turn, where its transport has
+        reactions (best effort: a failure costs only the receipt)."""
+        reacts = (self._abilities.get(inbound.transport) or Abilities()).reacts
+        if reacts is None:
+            return
+        try:
+            with anyio.fail_after(self._settings.send_timeout):
+                await reacts.react(inbound, self._settings.acks[inbound.transport])
+        except Exception as exc:
+            log.info("router.ack_failed", transport=inbound.transport, error=str(exc))
+
+    async def answer(self, inbound: Inbound, *, retried: bool) -> None:
+        """A turn for the inbound, its reply queued; where it was `retried` (or replayed),
+        what an earlier try left is picked up (an answer it finished is only replied)."""
+        session = await self._sessions.get(inbound)
+        current_inbound.set(inbound)  # this task's context: tools see which chat asked
+        with structlog.contextvars.bound_contextvars(session=session.id):
+            progress = Progress()
+            if retried:
+                progress = await self._state.progress(inbound, session.id)
+                if progress.done is not None:  # answered before a stop, never queued
+                    log.info("router.turn_already_finished")
+                    await self._replies.reply(
+                        inbound,
+                        progress.done.strip(),
+                        files=progress.files,
+                        replaces=progress.preview,
+                    )
+                    return
+                if progress.files:
+                    await self._state.forget_sent_files(inbound)
+            if not progress.appended:
+                await self._append_user(session, inbound)
+            outgoing = OutgoingFiles(
+                transport=inbound.transport,
+                keep=functools.partial(self._state.sent_file, inbound),
+            )
+            outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
+            preview = self._preview(inbound, progress.preview)
+            try:
+                answer = await self._turn(session, inbound, preview)
+            except StoreError:
+                await self._settle_history(inbound, session.id)
+                raise
+            hint = await self._voice_hint(inbound)
+            # Written after the turn's queued history (and failing if that was lost).
+            await self._replies.reply(
+                inbound,
+                answer,
+                files=outgoing.files,
+                notice=hint,
+                replaces=preview.ids if preview is not None else progress.preview,
+                history=session.id,
+            )
+            if hint:
+                await self._kv(inbound.transport).set(_HINTED + inbound.chat_id, "1")
+
+    async def _settle_history(self, inbound: Inbound, session_id: str) -> None:
+        """A turn failed on the store before its finish: its queued history writes are
+        waited for, a lost one reported now with that failure (the retry's finish would
+        otherwise fail on it again)."""
+        history = self.agent_of(inbound).options.history
+        if history is not None:
+            with contextlib.suppress(Exception):
+                await history.flush(session_id)
+
+    async def _voice_hint(self, inbound: Inbound) -> str:
+        """The voice hint, if this message carried audio and its chat was never told."""
+        hint = self._settings.voice_hint
+        if not hint or not any(a.media_type.startswith("audio/") for a in inbound.attachments):
+            return ""
+        told = await self._kv(inbound.transport).get(_HINTED + inbound.chat_id)
+        return "" if told else hint
+
+    async def _append_user(self, session: Session, inbound: Inbound) -> None:
+        """The message joins its session, its files moved into the agent's own workspace
+        where that is not the one files arrive in."""
+        text = _user_text(inbound)
+        content = [Content.of_text(text)] if text or not inbound.attachments else []
+        move = self._file_moves.get(inbound.agent)
+        for attachment in inbound.attachments:
+            content.append(Content.of_attachment(await move(attachment) if move else attachment))
+        await self.agent_of(inbound).append(session, Message(role=Role.USER, content=content))
+        await self._state.mark_appended(inbound, session.id)
+
+    def _preview(self, inbound: Inbound, shown: list[str]) -> Preview | None:
+        """A preview for this turn's reply, where its transport streams (continuing the
+        messages an earlier try of the turn was shown in)."""
+        settings = self._settings.streaming.get(inbound.transport)
+        can = self._abilities.get(inbound.transport) or Abilities()
+        edits = can.edits
+        if settings is None or settings.streaming == "off" or edits is None:
+            return None
+        drafts = can.drafts if settings.streaming == "native" else None
+        return Preview(
+            transport=edits,
+            chat_id=inbound.chat_id,
+            thread_id=inbound.thread_id,
+            ids=list(shown),
+            keep=functools.partial(self._state.shown_preview, inbound),
+            drafts=drafts if drafts is not None and not inbound.is_group else None,
+            draft_id=zlib.crc32(inbound.message_id.encode()) or 1,
+            interval=settings.interval,
+            raw=can.raw_previews,
+        )
+
+    async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:
+        """The turn's answer, or an honest apology if the model failed or took too long.
+        A store failure propagates: the message is then retried, not answered."""
+        started = time.monotonic()
+        failure: Exception | None = None
+        stopped = False
+        async with anyio.create_task_group() as tg:
+            # Typing and the preview start when due: most turns end before either is.
+            later = _Later(tg)
+            later.start(TYPING_AFTER, self._typing, inbound)
+            if preview is not None:
+                preview.due = functools.partial(later.start, fn=preview.run)
+            try:
+                with anyio.fail_after(self._settings.turn_timeout):
+                    with anyio.CancelScope() as scope:
+                        self.running[inbound.session_key] = (inbound, scope)
+                        response = await self._stream(session, inbound, preview)
+                    stopped = scope.cancelled_caught
+            except Exception as exc:  # caught here, not wrapped in the task group's group
+                failure = exc
+            finally:
+                self.running.pop(inbound.session_key, None)
+                later.cancel()
+                tg.cancel_scope.cancel()
+                if preview is not None:
+                    preview.due = None  # it holds `later`, which may hold the preview
+        if preview is not None:  # the final edit, too, keeps to one update a second
+            await preview.settle()
+        if stopped:  # /stop: the session keeps what was complete; nothing more is said
+            self._metrics.turn_seconds.observe(time.monotonic() - started)
+            return STOPPED_MARK if preview is not None and preview.ids else ""
+        if isinstance(failure, StoreError):
+            raise failure
+        if isinstance(failure, TimeoutError):
+            log.warning("router.turn_timeout", timeout=self._settings.turn_timeout)
+            self._metrics.errors.labels(inbound.transport).inc()
+            text = TIMEOUT_REPLY
+        elif failure is not None:
+            log.error("router.turn_failed", exc_info=failure)
+            self._metrics.errors.labels(inbound.transport).inc()
+            text = FAILED_REPLY
+        else:
+            text = response.message.text.strip()
+            self._metrics.tokens(response.usage)
+        self._metrics.turn_seconds.observe(time.monotonic() - started)
+        if not text:
+            log.info("router.empty_reply")
+        return text
+
+    async def _stream(
+        self, session: Session, inbound: Inbound, preview: Preview | None
+    ) -> Response:
+        """Run the turn; with a preview, show the answer (or what a tool does) as it comes."""
+        agent = self.agent_of(inbound)
+        if preview is None:
+            return await agent.turn(session, flush=False)  # the reply's finish flushes
+        settings = self._settings.streaming.get(inbound.transport) or StreamSettings()
+        progress = settings.shows_progress(inbound.is_group)
+
+        def show(event: StreamEvent) -> None:
+            if event.kind is StreamEventKind.TEXT:
+                preview.write(event.text)
+            elif event.kind is StreamEventKind.TOOL_CALL and event.tool_use is not None:
+                if progress:
+                    preview.status(status_line(event.tool_use))
+            elif event.response is not None:
+                preview.next_step()
+
+        token = _previewing.set(preview)  # for this turn only: an approval wait shows in it
+        try:
+            return await agent.turn(session, on_event=show, flush=False)
+        finally:
+            _previewing.reset(token)
+
+    async def _typing(self, inbound: Inbound) -> None:
+        transport = self._transports.get(inbound.transport)
+        if transport is None:
+            return
+        while True:
+            try:
+                with anyio.fail_after(self._settings.send_timeout):
+                    await transport.typing(inbound.chat_id, inbound.thread_id)
+            except Exception as exc:
+                log.debug("router.typing_failed", error=str(exc))
+            await anyio.sleep(TYPING_EVERY)
+
+
+def _user_text(inbound: Inbound) -> str:
+    if inbound.is_group and inbound.sender_name and (inbound.text or inbound.attachments):
+        return f"{inbound.sender_name}: {inbound.text}".rstrip()
+    return inbound.text
