@@ -59,7 +59,7 @@ def test_core_layers_never_import_the_cli_or_transports() -> None:
                 adapter = name.startswith("rousseau.transports") and not name.endswith(".base")
                 assert not adapter, (path, name)
                 assert not name.startswith(
-                    ("rousseau.cli", "rousseau.app", "rousseau.daemon", "rousseau.router")
+                    ("rousseau.cli", "rousseau.assembly", "rousseau.daemon", "rousseau.router")
                 ), (path, name)
 
 
