@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 def chat(args: argparse.Namespace) -> int:
     import anyio
 
+    from rousseau.assembly import agent_config
     from rousseau.providers import build_provider, detect_provider
 
     # The interactive chat keeps log lines out of the conversation: they go to a file.
@@ -25,8 +26,7 @@ def chat(args: argparse.Namespace) -> int:
         fail(f"--agent: {why}")
         return 2
     if args.agent != DEFAULT_AGENT:
-        config = config.for_agent(args.agent, name)
-        name = config.provider or name
+        config, name = agent_config(config, args.agent, name)
     with open_store(args, config) as store:
         provider = build_provider(config, name, store=store)
         if args.message is not None:
@@ -47,7 +47,7 @@ async def _open_session(store: Any, args: argparse.Namespace) -> Any:
 
 async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.Namespace) -> int:
     from rousseau.agent import RousseauError
-    from rousseau.app import connected_agent
+    from rousseau.assembly import connected_agent
     from rousseau.cli.terminal import default_screen, run_turn
 
     session = await _open_session(store, args)
@@ -66,7 +66,7 @@ async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.N
 async def _chat_interactive(
     config: Config, provider: Any, store: Any, args: argparse.Namespace, name: str
 ) -> None:
-    from rousseau.app import connected_agent
+    from rousseau.assembly import connected_agent
     from rousseau.cli.terminal import (
         HELP,
         LineReader,

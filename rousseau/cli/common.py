@@ -109,9 +109,10 @@ def tokens(usage: Any) -> str:
 
 
 async def close_provider(provider: Any) -> None:
-    aclose = getattr(provider, "aclose", None)
-    if aclose is not None:
-        import anyio
+    import anyio
 
+    from rousseau.assembly import SupportsAclose
+
+    if isinstance(provider, SupportsAclose):
         with anyio.CancelScope(shield=True):
-            await aclose()
+            await provider.aclose()

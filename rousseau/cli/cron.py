@@ -72,7 +72,7 @@ def one(args: argparse.Namespace) -> int:
 
 async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
     """Run the turn here; a running daemon (or the next one) delivers the reply."""
-    from rousseau.app import build_agent
+    from rousseau.assembly import agent_config, build_agent
     from rousseau.cron import CronRunner, Scheduler
     from rousseau.policy import chat_policies as policies
     from rousseau.providers import build_provider, detect_provider
@@ -82,8 +82,7 @@ async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
     if (why := config.unknown_agent(job.agent)) is not None:
         fail(f"cron job {job.name} cannot run: {why}")
         return 1
-    config = config.for_agent(job.agent, name)
-    name = config.provider or name
+    config, name = agent_config(config, job.agent, name)
     store = backend.store
     provider = build_provider(config, name, store=store)
     agent = build_agent(config, provider, store, name=job.agent)

@@ -238,7 +238,7 @@ def _doctor_agents(config: Config, report: Report) -> None:
 def _doctor_sandbox(config: Config, report: Report) -> None:
     from pathlib import Path
 
-    from rousseau.app import build_sandbox
+    from rousseau.assembly import build_sandbox
     from rousseau.tools import SandboxError, Workspace
 
     sandbox = build_sandbox(config)

@@ -15,7 +15,7 @@ def mcp(args: argparse.Namespace) -> int:
         import mcp  # noqa: F401
     except ImportError:
         raise MissingExtraError("rousseau mcp", "mcp") from None
-    from rousseau.app import build_approver, build_registry
+    from rousseau.assembly import build_approver, build_registry
     from rousseau.mcp.server import serve
 
     config = load(args)

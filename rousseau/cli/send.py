@@ -26,7 +26,7 @@ def send(args: argparse.Namespace) -> int:
     import anyio
 
     from rousseau.agent import ConfigError, RousseauError
-    from rousseau.app import media_intake
+    from rousseau.assembly import media_intake
     from rousseau.cron.targets import TargetError, parse_target
     from rousseau.state.lock import DaemonLock, DaemonRunningError
     from rousseau.transports import build_transports

@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 import anyio
+import structlog
 from anyio.abc import SocketAttribute
 
 from rousseau.streaming import StreamSettings
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from anyio.abc import SocketStream
     from anyio.streams.stapled import MultiListener
 
+    from rousseau.config import HealthConfig
+
 __all__ = [
     "CHOOSE_AGENT",
     "CONNECTIONS",
@@ -29,8 +32,11 @@ __all__ = [
     "Face",
     "check_installed",
     "face",
+    "listen",
     "serve",
 ]
+
+log = structlog.get_logger("rousseau.web")
 
 STREAMING = {
     "web": StreamSettings(progress="tools", interval=0.25),
@@ -55,6 +61,21 @@ def check_installed() -> None:
     for module in ("jinja2", "multipart", "argon2"):
         if importlib.util.find_spec(module) is None:
             raise MissingExtraError("the web face (web:)", "web")
+
+
+async def listen(section: HealthConfig, key: str) -> MultiListener[SocketStream]:
+    """The bound listener of `section` (`health` or `web`), before anything starts: an
+    address taken, or not this machine's, is a config error naming `key`.listen."""
+    from rousseau.agent import ConfigError
+
+    host, port = section.address
+    try:
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as exc:  # taken, or an address this machine does not have
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"{key}.listen: cannot listen on {section.listen}: {reason}") from None
+    log.info(f"daemon.{key}", listen=section.listen)
+    return listener
 
 
 def _framework() -> None:

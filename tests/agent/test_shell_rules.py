@@ -13,8 +13,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from rousseau.agent import ApprovalRequest, Approver, PatternApprover, PatternRule, ToolUse
-from rousseau.app import build_approver
 from rousseau.approvals import split_bash
+from rousseau.assembly import build_approver
 from rousseau.config import load_config
 
 pytestmark = pytest.mark.anyio

@@ -189,7 +189,7 @@ async def test_compressed_history_stays_in_the_store_and_in_recall(tmp_path: Pat
 
 def test_build_agent_wires_recall_skills_and_compression(tmp_path: Path) -> None:
     from rousseau.agent import LLMCompressor
-    from rousseau.app import build_agent
+    from rousseau.assembly import build_agent
     from rousseau.config import load_config
     from rousseau.skills import Skills
 

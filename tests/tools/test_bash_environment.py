@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rousseau.agent import ToolCall
-from rousseau.app import build_registry
+from rousseau.assembly import build_registry
 from rousseau.config import Config
 from rousseau.tools import builtin_registry, scrubbed_environ
 

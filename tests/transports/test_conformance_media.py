@@ -16,7 +16,7 @@ import pytest
 
 from rousseau.agent import ContentKind, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply, tools_reply
-from rousseau.app import blob_store
+from rousseau.assembly import blob_store
 from rousseau.config import Config, load_config
 from rousseau.daemon import Daemon
 from rousseau.messages import Outbound

@@ -1,4 +1,5 @@
-"""Assemble the pieces named in a Config into a working Agent (used by the CLI and daemon)."""
+"""One agent from its config: its approver, sandbox, tools, compressor, recall and media (for
+the daemon and the commands alike)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from rousseau.state import SessionStore
 from rousseau.tools import Registry, Sandbox, Subset, builtin_registry
 from rousseau.tools.hardening import make_undumpable
 
-log = structlog.get_logger("rousseau.app")
+log = structlog.get_logger("rousseau.assembly")
 
 
 def build_approver(

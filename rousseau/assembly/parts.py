@@ -1,0 +1,343 @@
+"""The daemon's parts, built from its config in one place: the default provider, every agent
+with its tools, the router, the cron scheduler, the cluster's share of them and the web faces.
+The daemon only starts, supervises and closes what `assemble` hands it."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import anyio
+import structlog
+
+from rousseau import web
+from rousseau.agent import Agent, Provider
+from rousseau.agent.approval import AskFn
+from rousseau.agents import routes_of, turn_limits
+from rousseau.approvals import ChatApprovals, load_shell_parser
+from rousseau.assembly.agent import build_agent, build_approver, build_registry
+from rousseau.config import Config, parse_rate
+from rousseau.cron import CronRunner, CronTool, Scheduler
+from rousseau.mcp.client import MCPConnection, mcp_tools
+from rousseau.media import MediaIntake, move_to_workspace
+from rousseau.media.tool import SendFileTool
+from rousseau.messages import DEFAULT_AGENT
+from rousseau.metrics import Metrics
+from rousseau.policy import ChatPolicy, RateLimiter
+from rousseau.providers import build_provider, detect_provider
+from rousseau.providers.lazy import LazyProvider
+from rousseau.router import Router, RouterSettings
+from rousseau.state import SessionStore
+from rousseau.state.backend import Backend
+from rousseau.streaming import StreamSettings
+from rousseau.tools import Registry, Shared
+from rousseau.tools.fs import Workspace
+from rousseau.transports.abilities import Abilities, TakesFiles
+from rousseau.transports.base import Transport
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+log = structlog.get_logger("rousseau.daemon")
+
+VOICE_HINT = (
+    "(Voice notes are not turned into text here yet, so I only know one arrived: please type"
+    " it, or ask the owner to set up media.transcription.)"
+)
+"""Said once in a chat whose voice note nobody could transcribe."""
+
+
+@runtime_checkable
+class SupportsAclose(Protocol):
+    """Something holding a connection or a client to let go of at the end (a provider, the
+    transcriber); what has nothing to close has no `aclose`."""
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(kw_only=True, slots=True)
+class Parts:
+    """What `assemble` built, ready for the daemon to run."""
+
+    config: Config
+    backend: Backend
+    """The state the parts work on (opened, and closed, by the daemon)."""
+    transports: dict[str, Transport]
+    media: MediaIntake
+    """Where inbound files go; its admission check is the router's."""
+    metrics: Metrics
+    provider: Provider
+    """The default agent's provider: lazy (built on a thread while the transports start)
+    unless the caller gave one."""
+    router: Router
+    scheduler: Scheduler
+    registries: list[Registry]
+    """Every agent's tools (the default agent's first), which MCP servers' tools join."""
+    providers: list[Provider]
+    """The providers made here (the default one and those of agents naming their own), to
+    close at the end."""
+
+    def tools_connected(self) -> AbstractAsyncContextManager[list[MCPConnection]]:
+        """The configured MCP servers connected, their tools given to every agent, while
+        the block runs."""
+        return mcp_tools(self.config.mcp_servers, Shared(self.registries))
+
+    def face(
+        self,
+        key: str,
+        *,
+        health: Callable[[], dict[str, dict[str, Any]]],
+        errors: Mapping[str, str],
+        tg: TaskGroup,
+    ) -> web.Face:
+        """What the server of `key` shows: /healthz and /metrics alone ("health"), or the
+        whole web face of `web:` ("web"). `health` and `errors` are the daemon's view of the
+        transports; `tg` runs what outlives a request."""
+        return web.face(
+            self.config if key == "web" else None,
+            health=health,
+            metrics=self.metrics,
+            errors=errors,
+            transports=self.transports,
+            approvals=self.router.approvals,
+            scheduler=self.scheduler,
+            backend=self.backend,
+            tg=tg,
+        )
+
+
+async def assemble(
+    config: Config,
+    backend: Backend,
+    transports: dict[str, Transport],
+    *,
+    media: MediaIntake,
+    metrics: Metrics,
+    policies: dict[str, ChatPolicy],
+    provider: Provider | None = None,
+) -> Parts:
+    """The daemon's parts for `config` on `backend`, serving `transports` (each bound to its
+    durable state and, where it takes files, to `media`); `provider` stands in for the
+    configured one (tests, embedding). Blocking work (the shell parser's import, probing for
+    a provider) runs on a thread."""
+    if config.agent.approver is not None or config.cron.approver is not None:
+        await anyio.to_thread.run_sync(load_shell_parser)  # for bash rules: 0.2 s
+    for name, transport in transports.items():
+        transport.bind_state(backend.transport_state(name))
+        if isinstance(transport, TakesFiles):
+            transport.bind_media(media)
+    made: list[Provider] = []
+    if provider is not None:
+        name, why = provider.name, "given by the caller"
+    else:
+        name, why = await anyio.to_thread.run_sync(detect_provider, config)
+        # Built (its SDK imported: 0.3-0.7 s for openai) while the transports start, not
+        # before; turns wait for it.
+        provider = LazyProvider(
+            name, functools.partial(build_provider, config, name, store=backend.store)
+        )
+        made.append(provider)
+    log.info("daemon.starting", provider=name, reason=why, transports=sorted(transports))
+    default = config.for_agent(DEFAULT_AGENT)
+    store = backend.store
+    registry = _tools(default, transports, media)
+    cron_tool = CronTool(backend.jobs, timezone=default.cron.timezone)
+    registry.register(cron_tool)
+    sections = [default.agent, *default.agents.values()]
+    approvals = ChatApprovals() if any(a.approver is not None for a in sections) else None
+    if approvals is not None and backend.cluster is not None:
+        approvals.relay = backend.cluster.approvals()  # answered on any daemon
+    agent = build_agent(default, provider, store, registry=registry, ask=_ask(approvals, default))
+    registries = [registry]
+    agents = _agents(config, provider, name, store, approvals, transports, media, registries, made)
+    router = build_router(
+        default,
+        backend,
+        transports,
+        agent=agent,
+        agents=agents,
+        approvals=approvals,
+        media=media,
+        metrics=metrics,
+        policies=policies,
+    )
+    scheduler = _scheduler(config, router, backend, registry)
+    cron_tool.on_change = scheduler.wake
+    if backend.cluster is not None:  # a page's reply goes out where the page is connected
+        backend.cluster.stays = frozenset(
+            name for name, t in transports.items() if Abilities.of(t).replies_stay
+        )
+    return Parts(
+        config=config,
+        backend=backend,
+        transports=transports,
+        media=media,
+        metrics=metrics,
+        provider=provider,
+        router=router,
+        scheduler=scheduler,
+        registries=registries,
+        providers=made,
+    )
+
+
+def build_router(
+    config: Config,
+    backend: Backend,
+    transports: dict[str, Transport],
+    *,
+    agent: Agent,
+    agents: dict[str, Agent],
+    approvals: ChatApprovals | None,
+    media: MediaIntake,
+    metrics: Metrics,
+    policies: dict[str, ChatPolicy],
+) -> Router:
+    """The router of `transports` (`config`: the default agent's), answering with `agent` or
+    one of `agents`; chat approvals are announced through it and files admitted by it."""
+    rl = config.ratelimit
+    router = Router(
+        agent=agent,
+        agents=agents,
+        routes=dataclasses.replace(
+            routes_of(config, transports),
+            chosen_by_sender=web.CHOOSE_AGENT & transports.keys(),
+        ),
+        file_moves={
+            name: functools.partial(
+                move_to_workspace, media.blobs, source=media.workspace, target=ws
+            )
+            for name in config.agents
+            if (ws := Path(config.for_agent(name).agent.workspace).expanduser()) != media.workspace
+        },
+        approvals=approvals,
+        store=backend.store,
+        daemon_state=backend.state,
+        transport_state=backend.transport_state,
+        shared=backend.cluster,
+        transports=transports,
+        policies=policies,
+        rate_limiter=RateLimiter(
+            parse_rate(rl.default),
+            {k: parse_rate(v) for k, v in rl.per_transport.items()},
+            rl.max_keys,
+        ),
+        metrics=metrics,
+        settings=RouterSettings(
+            denied_reply=rl.denied_reply,
+            max_concurrent_turns=config.max_concurrent_turns,
+            agent_turns=turn_limits(config),
+            turn_timeout=config.agent.turn_timeout,
+            send_timeout=config.send_timeout,
+            voice_hint=VOICE_HINT if config.media.transcription is None else "",
+            streaming={name: stream_settings(config, name) for name in transports},
+            acks={
+                name: emoji
+                for name in transports
+                if (emoji := getattr(getattr(config, name, None), "ack_reaction", ""))
+            },
+        ),
+    )
+    if approvals is not None:
+        approvals.notify = router.notify
+    media.admits = router.admission.takes_files
+    return router
+
+
+def _tools(config: Config, transports: Mapping[str, Transport], media: MediaIntake) -> Registry:
+    """The built-in tools in the workspace of `config.agent`, and send_file where a
+    transport can send files."""
+    registry = build_registry(config)
+    file_limits = {
+        name: int(limit)
+        for name, transport in transports.items()
+        if (limit := Abilities.of(transport).max_file_bytes)
+    }
+    if file_limits:  # a transport that can send files: the model may attach some
+        workspace = Workspace(Path(config.agent.workspace).expanduser())
+        registry.register(SendFileTool(workspace, media.blobs, file_limits))
+    return registry
+
+
+def _agents(
+    config: Config,
+    provider: Provider,
+    provider_name: str,
+    store: SessionStore,
+    approvals: ChatApprovals | None,
+    transports: Mapping[str, Transport],
+    media: MediaIntake,
+    registries: list[Registry],
+    providers: list[Provider],
+) -> dict[str, Agent]:
+    """The agents of `agents:` but the default, each with its own workspace, tools (added to
+    `registries`), recall, approver and owners to ask, and (where it names another provider
+    or model) provider (added to `providers`)."""
+    agents = {}
+    for name in config.agents:
+        if name == DEFAULT_AGENT:
+            continue
+        own, chosen = agent_config(config, name, provider_name)
+        used = provider
+        if config.own_provider(name):
+            used = LazyProvider(chosen, functools.partial(build_provider, own, chosen, store=store))
+            providers.append(used)
+        # No cron tool: what a job runs on is the owner's choice (cron add --agent).
+        registry = _tools(own, transports, media)
+        registries.append(registry)
+        ask = _ask(approvals, own)
+        agents[name] = build_agent(own, used, store, registry=registry, ask=ask, name=name)
+    return agents
+
+
+def agent_config(config: Config, agent: str, detected: str) -> tuple[Config, str]:
+    """The configuration agent `agent` runs with, and the provider it uses (`detected`, the
+    one detect_provider chose, where neither it nor the top level names one)."""
+    own = config.for_agent(agent, detected)
+    return own, own.provider or detected
+
+
+def _scheduler(config: Config, router: Router, backend: Backend, registry: Registry) -> Scheduler:
+    """The cron loop; a job's turn runs on the default agent (with the tools of `registry`),
+    unattended: a call that would ask is denied, unless `cron.approver` says otherwise."""
+    cron = config.cron
+    store = backend.store
+    agent = router.agent
+    if cron.approver is not None:
+        approver = build_approver(config, section=cron.approver)
+        agent = build_agent(
+            config, router.agent.provider, store, registry=registry, approver=approver
+        )
+    runner = CronRunner(
+        agent=agent,
+        agents=router.agents,
+        store=store,
+        notify=router.notify,
+        timeout=cron.timeout,
+        notify_failures=cron.notify_failures,
+    )
+    return Scheduler(jobs=backend.jobs, runner=runner, poll_interval=cron.poll_interval)
+
+
+def _ask(approvals: ChatApprovals | None, config: Config) -> AskFn | None:
+    """How the agent `config.agent` describes puts a question to its own approver's owners
+    in chat; None where it has no approver (its default rules ask no one)."""
+    ac = config.agent.approver
+    if approvals is None or ac is None:
+        return None
+    return approvals.asking(ac.owners, ac.approval_timeout)
+
+
+def stream_settings(config: Config, name: str) -> StreamSettings:
+    """A transport's streaming settings, from its section (the defaults without one)."""
+    if name in web.STREAMING:
+        return web.STREAMING[name]
+    section = getattr(config, name, None)
+    if section is None or not hasattr(section, "streaming"):
+        return StreamSettings()
+    return StreamSettings(streaming=section.streaming, progress=section.progress)
