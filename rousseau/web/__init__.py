@@ -36,7 +36,7 @@ __all__ = [
     "serve",
 ]
 
-log = structlog.get_logger("rousseau.web")
+_log = structlog.get_logger("rousseau.web")
 
 STREAMING = {
     "web": StreamSettings(progress="tools", interval=0.25),
@@ -74,7 +74,7 @@ async def listen(section: HealthConfig, key: str) -> MultiListener[SocketStream]
     except OSError as exc:  # taken, or an address this machine does not have
         reason = exc.strerror or str(exc)
         raise ConfigError(f"{key}.listen: cannot listen on {section.listen}: {reason}") from None
-    log.info(f"daemon.{key}", listen=section.listen)
+    _log.info(f"daemon.{key}", listen=section.listen)
     return listener
 
 
