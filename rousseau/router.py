@@ -828,6 +828,12 @@ class Router:
             log.info("router.replay", transport=inbound.transport, message=inbound.message_id)
             self._dispatch(_Item(inbound, replay=True))
 
+    async def wait_idle(self) -> None:
+        """Return once no session queue holds a message (at once if none does): every
+        message taken in so far is answered, its reply queued (not necessarily sent)."""
+        while self._queues:
+            await self._idle.wait()
+
     async def drain(self, grace: float) -> bool:
         """Stop intake; give in-flight turns and their replies `grace` seconds to finish.
 

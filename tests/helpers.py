@@ -138,6 +138,19 @@ async def routing(router: Router, transport: MemoryTransport) -> AsyncIterator[N
         tg.cancel_scope.cancel()
 
 
+async def settled(router: Router, *transports: str) -> None:
+    """Wait (10 s at most) until every message taken in is answered and every reply queued
+    for `transports` (all, if none is named) went out: anything answered twice, or that
+    should not have been answered, has shown by then."""
+    import anyio
+
+    with anyio.fail_after(10):
+        await router.wait_idle()
+        # Delivery has no event of its own: the outbox's count is the condition.
+        while await router.state.outbox_pending(list(transports) or None):
+            await anyio.sleep(0.01)
+
+
 @asynccontextmanager
 async def receiving(transport: Transport) -> AsyncIterator[list[Inbound]]:
     """Run a transport alone, collecting what it hands over, until the block ends."""
