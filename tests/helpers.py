@@ -185,6 +185,32 @@ async def running_transport(
         await transport.aclose()
 
 
+def runs_below(root: int, *argv: str) -> bool:
+    """Whether a process started by process `root` (or by one of those) runs `argv` now:
+    a command a tool started is running, not merely asked for (Linux's /proc)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # it ended meanwhile
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+        commands[pid] = cmdline.decode(errors="replace").split("\0")[:-1]
+    for pid, command in commands.items():
+        if command != list(argv):
+            continue
+        while pid in parents and pid != root:
+            pid = parents[pid]
+        if pid == root:
+            return True
+    return False
+
+
 async def until(check: Callable[[], bool]) -> None:
     import anyio
 

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ from tests.fakes.llm import (
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram, Sent
 from tests.faults.support import edit_config, wait_until
-from tests.helpers import ROUSSEAU  # noqa: F401 - the daemon fixtures run it
+from tests.helpers import ROUSSEAU, runs_below  # noqa: F401 - the daemon fixtures run it
 from tests.test_daemon import Daemon, daemon, llm, model  # noqa: F401 - fixtures
 from tests.transports.harness_matrix import MatrixHarness
 
@@ -56,33 +55,6 @@ def preview_kept(running: Daemon) -> bool:
     finally:
         db.close()
     return bool(kept)
-
-
-def runs(running: Daemon, *argv: str) -> bool:
-    """Whether a process the daemon started (or one of theirs) runs `argv` right now."""
-    assert running.proc is not None
-    root = running.proc.pid
-    parents: dict[int, int] = {}
-    commands: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:  # it ended meanwhile
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
-        commands[pid] = cmdline.decode(errors="replace").split("\0")[:-1]
-    for pid, command in commands.items():
-        if command != list(argv):
-            continue
-        while pid in parents and pid != root:
-            pid = parents[pid]
-        if pid == root:
-            return True
-    return False
 
 
 def updates(fake: FakeTelegram, chat: int = 42) -> list[float]:
@@ -220,7 +192,8 @@ def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
     # The preview says bash runs (in a fresh environment the model's first answer may come
     # seconds after the typing does), then bash is sleeping.
     assert wait_until(lambda: telegram.visible(42)[:1] == ["⏳ running `sleep 30`…"], timeout=20)
-    assert wait_until(lambda: runs(daemon, "sleep", "30"), timeout=10)
+    assert daemon.proc is not None
+    assert wait_until(lambda: runs_below(daemon.proc.pid, "sleep", "30"), timeout=10)
     asked = time.monotonic()
     telegram.push("/stop")
     assert wait_until(lambda: "Stopped." in telegram.visible(42), timeout=10)
