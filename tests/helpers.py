@@ -138,6 +138,19 @@ async def routing(router: Router, transport: MemoryTransport) -> AsyncIterator[N
         tg.cancel_scope.cancel()
 
 
+async def settled(router: Router, *transports: str) -> None:
+    """Wait (10 s at most) until every message taken in is answered and every reply queued
+    for `transports` (all, if none is named) went out: anything answered twice, or that
+    should not have been answered, has shown by then."""
+    import anyio
+
+    with anyio.fail_after(10):
+        await router.wait_idle()
+        # Delivery has no event of its own: the outbox's count is the condition.
+        while await router.state.outbox_pending(list(transports) or None):
+            await anyio.sleep(0.01)
+
+
 @asynccontextmanager
 async def receiving(transport: Transport) -> AsyncIterator[list[Inbound]]:
     """Run a transport alone, collecting what it hands over, until the block ends."""
@@ -170,6 +183,32 @@ async def running_transport(
                 await transport.stop()
     finally:
         await transport.aclose()
+
+
+def runs_below(root: int, *argv: str) -> bool:
+    """Whether a process started by process `root` (or by one of those) runs `argv` now:
+    a command a tool started is running, not merely asked for (Linux's /proc)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # it ended meanwhile
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+        commands[pid] = cmdline.decode(errors="replace").split("\0")[:-1]
+    for pid, command in commands.items():
+        if command != list(argv):
+            continue
+        while pid in parents and pid != root:
+            pid = parents[pid]
+        if pid == root:
+            return True
+    return False
 
 
 async def until(check: Callable[[], bool]) -> None:

@@ -122,6 +122,15 @@ class Daemon:
         return out
 
 
+def taken_in(telegram: FakeTelegram, update: dict[str, Any], timeout: float = 20) -> None:
+    """Wait until the bot asked for updates past `update`: it has taken it in, and each one
+    before it (a bot acknowledges an update once it is persisted, or dropped)."""
+    deadline = time.monotonic() + timeout
+    while not any(offset > update["update_id"] for offset in list(telegram.offsets)):
+        assert time.monotonic() < deadline, f"update {update['update_id']} was never taken in"
+        time.sleep(0.02)
+
+
 @pytest.fixture
 def daemon(tmp_path: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> Iterator[Daemon]:
     d = Daemon(tmp_path, telegram, llm)
@@ -149,9 +158,10 @@ def test_stranger_gets_nothing_and_costs_no_model_call(
 ) -> None:
     daemon.start()
     telegram.push("let me in", chat_id=666, user_id=666)
-    telegram.push("hi", chat_id=42, user_id=42)
+    last = telegram.push("hi", chat_id=42, user_id=42)
     telegram.wait_sent(1)
-    time.sleep(0.5)
+    taken_in(telegram, last)
+    assert daemon.stop() == 0  # what it had still to send went out first
     assert [s.chat_id for s in telegram.sent] == [42]
     assert len(llm.posts()) == 1
     ignored = [e for e in daemon.events() if e.get("event") == "router.ignored_sender"]
@@ -164,9 +174,12 @@ def test_group_needs_a_mention_or_a_reply(
     daemon.start()
     telegram.push("just chatting", chat_id=-100, user_id=43, chat_type="supergroup")
     telegram.push("what time is it", chat_id=-100, user_id=43, chat_type="supergroup", mention=True)
-    telegram.push("and now?", chat_id=-100, user_id=44, chat_type="supergroup", reply_to_bot=True)
+    last = telegram.push(
+        "and now?", chat_id=-100, user_id=44, chat_type="supergroup", reply_to_bot=True
+    )
     sent = telegram.wait_sent(2)
-    time.sleep(0.3)
+    taken_in(telegram, last)
+    assert daemon.stop() == 0  # what it had still to send went out first
     assert len(telegram.sent) == 2
     assert sent[0].text.startswith("echo: User43: @rousseau_test_bot what time is it")
     assert sent[1].text == "echo: User44: and now?"
@@ -183,7 +196,7 @@ def test_long_reply_is_split_under_4096_with_nothing_lost(
     deadline = time.monotonic() + 30
     while " ".join(telegram.visible(42)).split() != words and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(1)
+    assert daemon.stop() == 0  # what it had still to send went out first
     shown = telegram.visible(42)  # as the chat shows them (a streamed reply's edits applied)
     assert len(shown) > 1 and all(len(s.encode("utf-16-le")) // 2 <= 4096 for s in shown)
     assert " ".join(shown).split() == words
@@ -208,7 +221,8 @@ def test_the_same_update_twice_is_answered_once(
     update = telegram.push("only once please")
     telegram.deliver(update)
     telegram.wait_sent(1)
-    time.sleep(0.8)
+    taken_in(telegram, update)
+    assert daemon.stop() == 0  # what it had still to send went out first
     assert len(telegram.sent) == 1 and len(llm.posts()) == 1
 
 
@@ -224,7 +238,7 @@ def test_kill_mid_turn_then_restart_answers_exactly_once(
     daemon.stop(signal.SIGKILL)
     daemon.start()
     [sent] = telegram.wait_sent(1, timeout=30)
-    time.sleep(1.5)
+    assert daemon.stop() == 0  # what it had still to send went out first
     assert len(telegram.sent) == 1
     assert sent.text == "echo: slow3 survive a crash"
 
@@ -274,9 +288,10 @@ def test_bot_messages_are_ignored(
 ) -> None:
     daemon.start()
     telegram.push("I am a bot", from_bot=True, user_id=BOT_ID)
-    telegram.push("hello")
+    last = telegram.push("hello")
     telegram.wait_sent(1)
-    time.sleep(0.3)
+    taken_in(telegram, last)
+    assert daemon.stop() == 0  # what it had still to send went out first
     assert len(llm.posts()) == 1
 
 

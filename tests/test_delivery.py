@@ -63,14 +63,24 @@ async def test_a_round_that_starts_senders_leaves_the_count_to_the_next(
     store.close()
 
 
+async def resting() -> None:
+    """What a courier does while nothing is for it to do: rest. Only time shows that it
+    does (nothing happens, and no event says so); one that kept looking would look dozens
+    of times in this, and a rest ends after at most 5 s, so the bound is short of that."""
+    await anyio.sleep(0.3)
+
+
 class HeldTransport(MemoryTransport):
     """A platform that takes its time: each send waits until released."""
 
     def __init__(self) -> None:
         super().__init__("memory")
         self.release = anyio.Event()
+        self.sending = anyio.Event()
+        """Set when the first send reaches the platform."""
 
     async def send(self, message: Outbound) -> None:
+        self.sending.set()
         await self.release.wait()
         await super().send(message)
 
@@ -87,11 +97,15 @@ async def test_the_courier_rests_while_a_send_is_on_its_way(tmp_path: Path) -> N
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(courier.run)
-        await anyio.sleep(0.2)  # the platform is slow to take the first
-        # Meanwhile the chat is given a third part, and the courier is told.
+        with anyio.fail_after(10):
+            await transport.sending.wait()  # the platform is slow to take the first
+        # Meanwhile the chat is given a third part, and the courier is told: it looks.
         await state.finish(None, [Outbound(transport="memory", chat_id="c", text="three")])
         courier.wake()
-        await anyio.sleep(0.3)
+        with anyio.fail_after(10):
+            while state.rounds < 2:
+                await anyio.sleep(0.01)
+        await resting()
         rounds = state.rounds
         transport.release.set()
         with anyio.fail_after(10):
@@ -115,7 +129,9 @@ async def test_with_every_place_taken_the_courier_rests_until_one_is_free(
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(courier.run)
-        await anyio.sleep(0.3)  # chat a holds the only place; b is due and waits for it
+        with anyio.fail_after(10):
+            await transport.sending.wait()  # chat a holds the only place; b is due, waits
+        await resting()
         rounds = state.rounds
         transport.release.set()
         with anyio.fail_after(10):

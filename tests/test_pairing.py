@@ -21,7 +21,7 @@ from rousseau.router import ChatPolicy, RateLimiter, Router
 from rousseau.state import Store
 from rousseau.state.daemon_state import MAX_PENDING_CODES, DaemonState
 from rousseau.transports.base import MemoryTransport
-from tests.helpers import ROUSSEAU
+from tests.helpers import ROUSSEAU, settled
 
 pytestmark = pytest.mark.anyio
 PREFIX = "rousseau pair approve "
@@ -32,7 +32,7 @@ def echo(request: Request) -> Response:
 
 
 @asynccontextmanager
-async def pairing(store: Store) -> AsyncIterator[MemoryTransport]:
+async def pairing(store: Store) -> AsyncIterator[tuple[Router, MemoryTransport]]:
     transport = MemoryTransport()
     router = Router(
         agent=Agent(FunctionProvider(echo), options=Options(history=store)),
@@ -46,7 +46,7 @@ async def pairing(store: Store) -> AsyncIterator[MemoryTransport]:
         await tg.start(transport.run, router.submit)
         tg.start_soon(router.deliver, "memory")
         with anyio.fail_after(20):
-            yield transport
+            yield router, transport
         tg.cancel_scope.cancel()
 
 
@@ -54,22 +54,23 @@ def codes_to(sent: list[Outbound], chat: str) -> list[str]:
     return [s.text.split(PREFIX)[1].split()[0] for s in sent if s.chat_id == chat]
 
 
-async def settle(transport: MemoryTransport, count: int) -> list[Outbound]:
-    """All that was sent once the owner's own message, sent last, is answered."""
+async def settle(router: Router, transport: MemoryTransport, count: int) -> list[Outbound]:
+    """All that was sent once the owner's own message, sent last, is answered (and all
+    taken in before it, answered and sent)."""
     await transport.inject("ping", sender_id="owner", chat_id="owner")
     sent = await transport.wait_sent(count + 1)
     while not any(s.chat_id == "owner" for s in sent):
         sent = await transport.wait_sent(len(sent) + 1)
-    await anyio.sleep(0.2)  # anything still on its way
+    await settled(router)  # anything still on its way
     return [s for s in transport.sent if s.chat_id != "owner"]
 
 
 async def test_thirty_messages_from_a_stranger_get_one_code() -> None:
     with Store(":memory:") as store:
-        async with pairing(store) as t:
+        async with pairing(store) as (router, t):
             for i in range(30):
                 await t.inject(f"hello {i}", sender_id="eve", chat_id="eve")
-            sent = await settle(t, 1)
+            sent = await settle(router, t, 1)
             pending = await anyio.to_thread.run_sync(DaemonState(store).pairing_codes_sync)
     assert len(codes_to(sent, "eve")) == 1
     assert [(c.sender_id, c.code) for c in pending] == [("eve", codes_to(sent, "eve")[0])]
@@ -78,11 +79,11 @@ async def test_thirty_messages_from_a_stranger_get_one_code() -> None:
 async def test_a_later_reply_repeats_the_same_code(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("rousseau.policy.PAIRING_REPLY_EVERY", 0.0)
     with Store(":memory:") as store:
-        async with pairing(store) as t:
+        async with pairing(store) as (router, t):
             await t.inject("hello", sender_id="eve", chat_id="eve")
             await t.wait_sent(1)
             await t.inject("hello?", sender_id="eve", chat_id="eve")
-            sent = await settle(t, 2)
+            sent = await settle(router, t, 2)
     first, second = codes_to(sent, "eve")
     assert first == second
 
@@ -91,11 +92,11 @@ async def test_a_flood_of_strangers_cannot_lock_out_a_newcomer() -> None:
     strangers = MAX_PENDING_CODES + 1
     assert MAX_PENDING_CODES >= 20
     with Store(":memory:") as store:
-        async with pairing(store) as t:
+        async with pairing(store) as (router, t):
             with capture_logs() as logs:
                 for i in range(strangers):
                     await t.inject("hi", sender_id=f"s{i}", chat_id=f"c{i}")
-            sent = await settle(t, strangers)
+            sent = await settle(router, t, strangers)
             pending = await anyio.to_thread.run_sync(DaemonState(store).pairing_codes_sync)
     assert all(len(codes_to(sent, f"c{i}")) == 1 for i in range(strangers))
     # the oldest pending code made room for the newcomer
@@ -122,10 +123,10 @@ async def test_a_flood_of_strangers_gets_a_bounded_number_of_replies() -> None:
 async def test_four_strangers_then_a_fifth(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("rousseau.state.daemon_state.MAX_PENDING_CODES", 4)
     with Store(":memory:") as store:
-        async with pairing(store) as t:
+        async with pairing(store) as (router, t):
             for i in range(5):
                 await t.inject("hi", sender_id=f"s{i}", chat_id=f"c{i}")
-            sent = await settle(t, 5)
+            sent = await settle(router, t, 5)
             state = DaemonState(store)
             pending = await anyio.to_thread.run_sync(state.pairing_codes_sync)
             [fifth] = codes_to(sent, "c4")
@@ -141,7 +142,7 @@ async def test_a_rejected_stranger_gets_no_new_code(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr("rousseau.policy.PAIRING_REPLY_EVERY", 0.0)
     with Store(":memory:") as store:
         state = DaemonState(store)
-        async with pairing(store) as t:
+        async with pairing(store) as (router, t):
             await t.inject("hi", sender_id="eve", chat_id="eve")
             [code] = codes_to(await t.wait_sent(1), "eve")
             rejected = await anyio.to_thread.run_sync(state.reject_sync, code.lower())
@@ -149,7 +150,7 @@ async def test_a_rejected_stranger_gets_no_new_code(monkeypatch: pytest.MonkeyPa
             assert await anyio.to_thread.run_sync(state.reject_sync, code) is None
             await t.inject("hi again", sender_id="eve", chat_id="eve")
             await t.inject("hi", sender_id="bob", chat_id="bob")
-            sent = await settle(t, 2)
+            sent = await settle(router, t, 2)
             pending = await anyio.to_thread.run_sync(state.pairing_codes_sync)
     assert codes_to(sent, "eve") == [code]
     assert [c.sender_id for c in pending] == ["bob"]

@@ -19,7 +19,7 @@ from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
 from rousseau.streaming import StreamSettings
 from rousseau.transports.base import MemoryTransport
-from tests.helpers import routing
+from tests.helpers import routing, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -64,11 +64,11 @@ async def test_reply_reaches_the_chat() -> None:
 
 async def test_stranger_costs_no_model_call_and_is_logged_once() -> None:
     provider = FunctionProvider(echo)
-    async with running(provider) as (_, t):
+    async with running(provider) as (router, t):
         with capture_logs() as logs:
             await t.inject("hi", sender_id="eve")
             await t.inject("hi again", sender_id="eve")
-        await anyio.sleep(0.2)
+        await settled(router)
     assert provider.requests == [] and t.sent == []
     warned = [e for e in logs if e["event"] == "router.ignored_sender"]
     assert len(warned) == 1 and "memory.allowlist" in warned[0]["hint"]
@@ -119,11 +119,11 @@ async def test_groups_need_a_mention() -> None:
 
 async def test_duplicate_delivery_is_answered_once() -> None:
     provider = FunctionProvider(echo)
-    async with running(provider) as (_, t):
+    async with running(provider) as (router, t):
         await t.inject("once", message_id="same")
         await t.inject("once", message_id="same")
         await t.wait_sent(1)
-        await anyio.sleep(0.3)
+        await settled(router)
     assert len(t.sent) == 1 and len(provider.requests) == 1
 
 
@@ -212,21 +212,24 @@ async def test_failure_gives_an_honest_reply_and_keeps_the_message() -> None:
 
 async def test_long_reply_is_split_and_nothing_lost() -> None:
     long = " ".join(f"word{i}" for i in range(400))
-    async with running(FunctionProvider(lambda r: text_reply(long)), max_length=500) as (_, t):
+    async with running(FunctionProvider(lambda r: text_reply(long)), max_length=500) as (
+        router,
+        t,
+    ):
         await t.inject("talk")
-        await anyio.sleep(0.3)
+        await settled(router)
         sent = await t.wait_sent(2)
     assert all(len(o.text) <= 500 for o in sent)
     assert " ".join(o.text for o in sent).split() == long.split()
 
 
 async def test_failed_sends_are_retried_and_sent_once() -> None:
-    async with running(FunctionProvider(echo)) as (_, t):
+    async with running(FunctionProvider(echo)) as (router, t):
         t.fail_sends = 1
         await t.inject("retry me")
         with anyio.fail_after(10):
             [out] = await t.wait_sent(1)
-        await anyio.sleep(0.2)
+        await settled(router)
     assert out.text == "echo: retry me" and len(t.sent) == 1
 
 
@@ -239,21 +242,21 @@ async def test_pending_inbound_is_replayed_after_a_crash(tmp_path: Path) -> None
     )
     await DaemonState(store).accept(inbound)  # accepted, then the process died
     provider = FunctionProvider(echo)
-    async with running(provider, store) as (_, t):
+    async with running(provider, store) as (router, t):
         [out] = await t.wait_sent(1)
         await t.inject("lost?", message_id="x1")  # the platform redelivers: still once
-        await anyio.sleep(0.3)
+        await settled(router)
     assert out.text == "echo: lost?" and len(t.sent) == 1 and len(provider.requests) == 1
     store.close()
 
 
 async def test_rate_limit_replies_once_and_skips_the_model() -> None:
     provider = FunctionProvider(echo)
-    async with running(provider, rate=(2, 60.0)) as (_, t):
+    async with running(provider, rate=(2, 60.0)) as (router, t):
         for i in range(5):
             await t.inject(f"m{i}")
         await t.wait_sent(3)
-        await anyio.sleep(0.3)
+        await settled(router)
     assert len(provider.requests) == 2
     assert [o.text for o in t.sent].count("slow down") == 1
 
@@ -387,7 +390,7 @@ async def test_a_turn_finished_but_not_queued_is_answered_with_its_files(
     async with routing(router, transport):
         await transport.inject("the chart?")
         text, file = await transport.wait_sent(2)
-        await anyio.sleep(0.3)
+        await settled(router)
     store.close()
     assert (text.text, file.text) == ("Here.", "Nov")
     assert file.attachment is not None and file.attachment.name == "chart.png"

@@ -369,8 +369,10 @@ class Router:
 
     async def wait_idle(self) -> None:
         """Return once no session queue holds a message: every message taken in for a turn
-        (or a command in the session's order) is answered, or given up on."""
-        await self._idle.wait()
+        (or a command in the session's order) is answered, or given up on (its reply queued,
+        not necessarily sent). At once if none does."""
+        while self._queues:
+            await self._idle.wait()
 
     async def drain(self, grace: float) -> bool:
         """Stop intake; give in-flight turns and their replies `grace` seconds to finish.

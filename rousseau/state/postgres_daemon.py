@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -83,9 +83,17 @@ def _inbound(r: tuple[object, ...]) -> Inbound:
 class PostgresDaemonState:
     """DaemonState's inbox, outbox and chat map on a PostgresStore, claimed per daemon."""
 
-    def __init__(self, store: PostgresStore, *, lease: float = LEASE) -> None:
+    def __init__(
+        self,
+        store: PostgresStore,
+        *,
+        lease: float = LEASE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.lease = lease
+        self.clock = clock
+        """The wall clock that beats and leases are read by (a test's, which it advances)."""
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         """This daemon, as its claims name it."""
         self.stays: frozenset[str] = frozenset()
@@ -93,11 +101,11 @@ class PostgresDaemonState:
         the web page or API call waiting for one is connected to this daemon alone."""
 
     def _stale(self) -> float:
-        return time.time() - self.lease
+        return self.clock() - self.lease
 
     async def beat(self) -> None:
         """Say this daemon lives (call it well within every lease: a third of it)."""
-        now = time.time()
+        now = self.clock()
         async with self.store.transaction() as db:
             await db.execute(
                 "INSERT INTO daemons (id, host, pid, started_at, beat_at)"
@@ -203,7 +211,7 @@ class PostgresDaemonState:
                 f" SET daemon = excluded.daemon, since = excluded.since"
                 f" WHERE session_claims.daemon NOT IN {_LIVE}"
                 f" RETURNING daemon",
-                {"key": session_key, "me": self.id, "now": time.time(), "stale": self._stale()},
+                {"key": session_key, "me": self.id, "now": self.clock(), "stale": self._stale()},
             )
             return await cursor.fetchone() is not None
 

@@ -247,6 +247,12 @@ class DBWorker:
     def stopped(self) -> bool:
         return self._stopped
 
+    @property
+    def queued(self) -> int:
+        """Hand-overs the thread has not taken up yet (each urgent call counts as one): how
+        a test that holds the thread knows the work it orders is queued behind it."""
+        return self._jobs.qsize()
+
     def _hold(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
         """Keep `job` until the loop's current step ends, then hand all it queued over."""
         if self._stopped:

@@ -29,6 +29,7 @@ from rousseau.router.turns import Turns
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState
 from rousseau.transports.base import MemoryTransport
+from tests.helpers import settled
 
 pytestmark = pytest.mark.anyio
 
@@ -109,9 +110,11 @@ def lose_once(monkeypatch: pytest.MonkeyPatch, role: str) -> None:
     monkeypatch.setattr(Store, "_append", staticmethod(append))
 
 
-async def settle(transport: MemoryTransport, count: int) -> list[str]:
+async def settle(router: Router, transport: MemoryTransport, count: int) -> list[str]:
+    """What `transport` was sent, once `count` parts were and everything taken in is
+    answered and sent: anything sent twice has shown by then."""
     await transport.wait_sent(count)
-    await anyio.sleep(0.3)  # anything sent twice would show up by now
+    await settled(router, transport.name)
     return texts(transport)
 
 
@@ -134,7 +137,7 @@ async def test_a_full_disk_mid_turn_loses_and_doubles_nothing(tmp_path: Path) ->
     acknowledged: list[str] = []
     refused: list[str] = []
     with capture_logs() as logs:
-        async with running(store, FunctionProvider(model)) as (_, transports):
+        async with running(store, FunctionProvider(model)) as (router, transports):
             t = transports["memory"]
             for i in range(6):
                 try:
@@ -143,11 +146,13 @@ async def test_a_full_disk_mid_turn_loses_and_doubles_nothing(tmp_path: Path) ->
                 except StoreError:
                     refused.append(f"m{i}")  # not acknowledged: the platform redelivers it
             assert refused, "with the disk full, new messages are not taken"
-            await anyio.sleep(0.5)
+            with anyio.fail_after(10):  # a turn meets the full disk, and waits for space
+                while "router.turn_retry" not in [e["event"] for e in logs]:
+                    await anyio.sleep(0.01)
             await store.call(lambda db: db.execute("PRAGMA max_page_count = 1073741823"))
             for name in refused:  # the platform's redelivery
                 await t.inject(f"{name} {big}", message_id=f"id{name[1:]}")
-            sent = await settle(t, 6)
+            sent = await settle(router, t, 6)
     assert sorted(s.split()[1] for s in sent) == [f"m{i}" for i in range(6)]
     assert len(sent) == 6, "every message answered exactly once"
     assert all(s.startswith("echo: m") for s in sent)
@@ -170,11 +175,11 @@ async def test_a_store_error_finishing_a_turn_spares_the_other_transport(
         await real_finish(self, inbound, parts, **kw)
 
     monkeypatch.setattr(DaemonState, "finish", flaky_finish)
-    async with running(store, FunctionProvider(model), names=("a", "b")) as (_, transports):
+    async with running(store, FunctionProvider(model), names=("a", "b")) as (router, transports):
         await transports["a"].inject("to a", message_id="a1")
         await transports["b"].inject("to b", message_id="b1")
-        assert await settle(transports["b"], 1) == ["echo: to b"]
-        assert await settle(transports["a"], 1) == ["echo: to a"]
+        assert await settle(router, transports["b"], 1) == ["echo: to b"]
+        assert await settle(router, transports["a"], 1) == ["echo: to a"]
     assert model.calls.count("to a") == 1, "the finished turn was not run again"
     store.close()
 
@@ -193,11 +198,11 @@ async def test_a_store_error_in_delivery_retries_and_sends_once(
         return await real_due(self, transport, *a, **kw)
 
     monkeypatch.setattr(DaemonState, "due", flaky_due)
-    async with running(store, FunctionProvider(Echo()), names=("a", "b")) as (_, transports):
+    async with running(store, FunctionProvider(Echo()), names=("a", "b")) as (router, transports):
         await transports["a"].inject("to a")
         await transports["b"].inject("to b")
-        assert await settle(transports["b"], 1) == ["echo: to b"]
-        assert await settle(transports["a"], 1) == ["echo: to a"]
+        assert await settle(router, transports["b"], 1) == ["echo: to b"]
+        assert await settle(router, transports["a"], 1) == ["echo: to a"]
     store.close()
 
 
@@ -215,11 +220,11 @@ async def test_a_poison_message_fails_alone_and_the_next_is_answered(
 
     monkeypatch.setattr(Turns, "_append_user", poisoned)
     with capture_logs() as logs:
-        async with running(store, FunctionProvider(Echo())) as (_, transports):
+        async with running(store, FunctionProvider(Echo())) as (router, transports):
             t = transports["memory"]
             await t.inject("poison", message_id="p")
             await t.inject("fine", message_id="f")
-            sent = await settle(t, 2)
+            sent = await settle(router, t, 2)
     assert sent == [BROKEN_REPLY, "echo: fine"], "the user is told once, then served"
     row = store.call_sync(
         lambda db: db.execute("SELECT status, error FROM inbox WHERE message_id = 'p'").fetchone()
@@ -238,11 +243,11 @@ async def test_a_hung_model_times_out_and_the_user_is_told(tmp_path: Path) -> No
             await anyio.sleep_forever()
         return text_reply("fine")
 
-    async with running(store, FunctionProvider(never), turn_timeout=0.5) as (_, transports):
+    async with running(store, FunctionProvider(never), turn_timeout=0.5) as (router, transports):
         t = transports["memory"]
         await t.inject("hang")
         await t.inject("and then?")
-        assert await settle(t, 2) == [TIMEOUT_REPLY, "fine"]
+        assert await settle(router, t, 2) == [TIMEOUT_REPLY, "fine"]
     store.close()
 
 
@@ -250,18 +255,18 @@ async def test_redeliveries_after_a_restart_cost_the_sender_nothing(tmp_path: Pa
     path = tmp_path / "s.db"
     store = Store(path)
     model = Echo()
-    async with running(store, FunctionProvider(model), rate=(20, 60.0)) as (_, transports):
+    async with running(store, FunctionProvider(model), rate=(20, 60.0)) as (router, transports):
         for i in range(20):
             await transports["memory"].inject(f"m{i}", message_id=f"id{i}")
-        await settle(transports["memory"], 20)
+        await settle(router, transports["memory"], 20)
     store.close()
     store = Store(path)
-    async with running(store, FunctionProvider(model), rate=(20, 60.0)) as (_, transports):
+    async with running(store, FunctionProvider(model), rate=(20, 60.0)) as (router, transports):
         t = transports["memory"]
         for i in range(20):  # the platform delivers them all again after the restart
             await t.inject(f"m{i}", message_id=f"id{i}")
         await t.inject("new one", message_id="new")
-        assert await settle(t, 1) == ["echo: new one"]
+        assert await settle(router, t, 1) == ["echo: new one"]
     assert len(model.calls) == 21
     store.close()
 
@@ -282,14 +287,14 @@ async def test_a_turn_finished_before_a_crash_is_not_run_again(
 
     real_finish = DaemonState.finish
     monkeypatch.setattr(DaemonState, "finish", crash)
-    async with running(store, FunctionProvider(model)) as (_, transports):
+    async with running(store, FunctionProvider(model)) as (router, transports):
         await transports["memory"].inject("hello", message_id="h1")
         await crashed.wait()
     store.close()
     monkeypatch.setattr(DaemonState, "finish", real_finish)
     store = Store(path)
-    async with running(store, FunctionProvider(model)) as (_, transports):
-        assert await settle(transports["memory"], 1) == ["echo: hello"]
+    async with running(store, FunctionProvider(model)) as (router, transports):
+        assert await settle(router, transports["memory"], 1) == ["echo: hello"]
     assert model.calls == ["hello"]
     store.close()
 
@@ -316,8 +321,8 @@ async def test_a_crash_mid_tool_loop_replays_the_turn(tmp_path: Path) -> None:
 
     store.call_sync(op, write=True)
     model = Echo()
-    async with running(store, FunctionProvider(model)) as (_, transports):
-        assert await settle(transports["memory"], 1) == ["echo: q"]
+    async with running(store, FunctionProvider(model)) as (router, transports):
+        assert await settle(router, transports["memory"], 1) == ["echo: q"]
     assert model.calls == ["q"]
     store.close()
 
@@ -428,7 +433,7 @@ async def test_a_stop_waits_for_a_turn_that_starts_while_it_drains(tmp_path: Pat
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain)
-            await anyio.sleep(0.1)  # the drain waits
+            await anyio.wait_all_tasks_blocked()  # the drain waits (for the first turn)
             router.adopt([late])
             await memory.wait_sent(1)  # "second" answered
             release.set()
@@ -456,9 +461,9 @@ async def test_a_turns_history_is_checked_by_its_answers_write_not_flushed_apart
         await real_flush(self, session_id)
 
     monkeypatch.setattr(Store, "flush", flush)
-    async with running(store, FunctionProvider(Echo())) as (_, transports):
+    async with running(store, FunctionProvider(Echo())) as (router, transports):
         await transports["memory"].inject("hi", message_id="h1")
-        assert await settle(transports["memory"], 1) == ["echo: hi"]
+        assert await settle(router, transports["memory"], 1) == ["echo: hi"]
     assert flushed == [], "no round trip to the database for the history alone"
     roles = store.call_sync(
         lambda db: db.execute("SELECT role FROM messages ORDER BY id").fetchall()
@@ -474,9 +479,9 @@ async def test_a_turn_whose_history_was_not_saved_is_not_answered_but_retried(
     store = Store(tmp_path / "s.db")
     lose_once(monkeypatch, "assistant")
     model = Echo()
-    async with running(store, FunctionProvider(model)) as (_, transports):
+    async with running(store, FunctionProvider(model)) as (router, transports):
         await transports["memory"].inject("hi", message_id="h1")
-        assert await settle(transports["memory"], 1) == ["echo: hi"]
+        assert await settle(router, transports["memory"], 1) == ["echo: hi"]
     assert model.calls == ["hi", "hi"], "the turn ran again, its first answer never sent"
     roles = store.call_sync(
         lambda db: db.execute("SELECT role FROM messages ORDER BY id").fetchall()
@@ -504,8 +509,8 @@ async def test_a_turn_failing_on_the_store_reports_its_lost_history_with_it(
 
     monkeypatch.setattr(Agent, "_prepare", prepare)
     model = Echo()
-    async with running(store, FunctionProvider(model)) as (_, transports):
+    async with running(store, FunctionProvider(model)) as (router, transports):
         await transports["memory"].inject("hi", message_id="h1")
-        assert await settle(transports["memory"], 1) == ["echo: hi"]
+        assert await settle(router, transports["memory"], 1) == ["echo: hi"]
     assert model.calls == ["hi"], "no second model call for a failure already reported"
     store.close()

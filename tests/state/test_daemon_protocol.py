@@ -199,12 +199,29 @@ async def test_the_sweep_deletes_only_what_is_finished_and_old(state: Any) -> No
     assert [i.message_id for i in await state.pending()] == ["2"]  # pending work stays
 
 
-async def pg_daemons(server: Postgres, lease: float = 30.0) -> tuple[Any, Any, Any]:
+class Clock:
+    """A wall clock the test moves: the daemons' beats and leases read it."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+async def pg_daemons(
+    server: Postgres, lease: float = 30.0, clock: Clock | None = None
+) -> tuple[Any, Any, Any]:
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_daemon import PostgresDaemonState
 
     pg = await PostgresStore.open(server.new_database())
-    one, two = PostgresDaemonState(pg, lease=lease), PostgresDaemonState(pg, lease=lease)
+    at = clock or time.time
+    one = PostgresDaemonState(pg, lease=lease, clock=at)
+    two = PostgresDaemonState(pg, lease=lease, clock=at)
     await one.beat()
     await two.beat()
     return pg, one, two
@@ -243,20 +260,24 @@ async def test_another_daemons_sending_gives_no_time_to_look(postgres: Postgres)
 
 
 async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Postgres) -> None:
-    pg, one, two = await pg_daemons(postgres, lease=0.5)
+    clock = Clock()
+    pg, one, two = await pg_daemons(postgres, lease=30.0, clock=clock)
     await one.accept(inbound(1))
     await one.finish(None, [part("reply")])
     assert [r.message.text for r in await one.due("telegram")] == ["reply"]
     # While `one` beats, its inbound and its part are its own.
     assert await two.pending() == [] and await two.due("telegram") == []
     assert await two.orphans() == [] and await one.orphans() == []  # never one's own
-    await anyio.sleep(0.3)
+    clock.advance(18)
     await one.beat()
-    await anyio.sleep(0.3)
+    clock.advance(18)  # a lease after its first beat, not after its last
     await two.beat()
     assert await two.pending() == [] and await two.due("telegram") == []
-    # `one` dies (no more beats): after the lease, `two` takes both over.
-    await anyio.sleep(0.7)
+    # `one` dies (no more beats): after the lease, `two` takes both over; not before.
+    clock.advance(11)  # a second short of a lease after its last beat
+    await two.beat()
+    assert await two.orphans() == [] and await two.due("telegram") == []
+    clock.advance(2)
     await two.beat()
     assert [i.message_id for i in await two.orphans()] == ["1"]
     assert await two.orphans() == []  # now two's own
@@ -276,6 +297,24 @@ async def test_a_reply_to_a_web_page_stays_with_the_daemon_that_wrote_it(
     assert [r.message.text for r in await one.due("telegram")] == ["to telegram"]
     assert [r.message.text for r in await one.due("web")] == ["to the page"]
     await pg.aclose()
+
+
+async def waiting_for_a_lock(url: str) -> None:
+    """Wait until a session of `url`'s database waits for an advisory lock another holds."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as db:
+        with anyio.fail_after(10):
+            while True:
+                cursor = await db.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    " AND database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database())"
+                )
+                row = await cursor.fetchone()
+                if row and row[0]:
+                    return
+                await anyio.sleep(0.02)
 
 
 async def test_a_message_is_taken_in_and_looked_for_in_its_chats_order(
@@ -300,8 +339,8 @@ async def test_a_message_is_taken_in_and_looked_for_in_its_chats_order(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(take_in)
-                await anyio.sleep(0.5)
-                assert not done.is_set()  # waits for the stalled daemon's commit
+                await waiting_for_a_lock(pg.url)  # for the stalled daemon's commit
+                assert not done.is_set()
                 tg.cancel_scope.cancel()
     assert await two.accept(inbound(2))
     await one.accept(inbound(1))
@@ -310,9 +349,17 @@ async def test_a_message_is_taken_in_and_looked_for_in_its_chats_order(
             await stalled.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("telegram:42:",)
             )
-            with anyio.move_on_after(0.5) as waited:
+            looked = anyio.Event()
+
+            async def look() -> None:
                 await two.earlier(inbound(3))
-            assert waited.cancelled_caught  # the look waits too
+                looked.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(look)
+                await waiting_for_a_lock(pg.url)  # the look waits too
+                assert not looked.is_set()
+                tg.cancel_scope.cancel()
     await pg.aclose()
 
 
@@ -361,10 +408,21 @@ async def test_a_daemon_that_leaves_frees_its_claims_at_once(postgres: Postgres)
 
 
 async def test_one_daemon_polls_a_transport_and_another_takes_over_when_it_goes(
-    postgres: Postgres,
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from rousseau.state import postgres_daemon
+
     pg, one, two = await pg_daemons(postgres)
     order: list[str] = []
+    tries: list[bool] = []
+    try_lock = postgres_daemon._try_lock
+
+    async def counted(conn: Any, key: str) -> bool:
+        got = await try_lock(conn, key)
+        tries.append(got)
+        return got
+
+    monkeypatch.setattr(postgres_daemon, "_try_lock", counted)
 
     async def poll(name: str, daemon: Any, hold: anyio.Event) -> None:
         async with daemon.polling("telegram"):
@@ -374,9 +432,13 @@ async def test_one_daemon_polls_a_transport_and_another_takes_over_when_it_goes(
     first, second = anyio.Event(), anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(poll, "one", one, first)
-        await anyio.sleep(0.5)
+        with anyio.fail_after(10):
+            while order != ["one"]:
+                await anyio.sleep(0.02)
         tg.start_soon(poll, "two", two, second)
-        await anyio.sleep(1.5)
+        with anyio.fail_after(10):
+            while False not in tries:  # two tried, and was refused
+                await anyio.sleep(0.02)
         assert order == ["one"]  # two waits while one holds it
         assert (await one.pollers())["telegram"] == one.id
         first.set()  # one lets go (as a dead daemon's connection does)
@@ -410,17 +472,32 @@ async def test_holding_a_session_the_chats_earlier_messages_come_first(
 async def test_a_session_is_held_by_one_daemon_at_a_time(postgres: Postgres) -> None:
     pg, one, two = await pg_daemons(postgres)
     events: list[str] = []
+    refused, done = anyio.Event(), anyio.Event()
+    claim = two._claim_session
+
+    async def counted(session_key: str) -> bool:
+        got = await claim(session_key)
+        if not got:
+            refused.set()
+        return bool(got)
+
+    two._claim_session = counted
 
     async def turn(name: str, daemon: Any) -> None:
         async with daemon.session_claimed("telegram:42"):
             events.append(f"{name} in")
-            await anyio.sleep(0.4)
+            if name == "one":
+                await done.wait()
             events.append(f"{name} out")
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(turn, "one", one)
-        await anyio.sleep(0.1)
-        tg.start_soon(turn, "two", two)
+        with anyio.fail_after(10):
+            while events != ["one in"]:
+                await anyio.sleep(0.02)
+            tg.start_soon(turn, "two", two)
+            await refused.wait()  # two asked for the session, and waits for it
+        done.set()
     assert events == ["one in", "one out", "two in", "two out"]
     await pg.aclose()
 

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
+from anyio.abc import TaskGroup
 
 from rousseau.agent import Message, StoreError
 from rousseau.state import Store
@@ -25,6 +27,27 @@ pytestmark = pytest.mark.anyio
 
 def _filling(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO blobs VALUES (randomblob(20000))")
+
+
+async def _hold(worker: DBWorker, tg: TaskGroup) -> threading.Event:
+    """Hold the database thread in a job until the returned gate is set, so that what is
+    queued next waits behind it; returns once the thread is held."""
+    gate, holding = threading.Event(), threading.Event()
+
+    def held(db: sqlite3.Connection) -> None:
+        holding.set()
+        gate.wait(5)
+
+    tg.start_soon(worker.call, held)
+    assert await anyio.to_thread.run_sync(holding.wait, 5)
+    return gate
+
+
+async def _queued(worker: DBWorker, hand_overs: int) -> None:
+    """Wait until this many hand-overs (or urgent calls) wait for the held thread."""
+    with anyio.fail_after(5):
+        while worker.queued < hand_overs:
+            await anyio.lowlevel.checkpoint()
 
 
 def _worker(path: Path) -> DBWorker:
@@ -78,12 +101,10 @@ async def test_a_lost_savepoint_settles_every_job_of_the_batch(tmp_path: Path) -
                 results.append(type(exc).__name__)
 
         # Hold the thread so the three writes queue up into one batch.
-        gate = threading.Event()
-        tg.start_soon(worker.call, lambda db: gate.wait(5))
-        await anyio.sleep(0.05)
+        gate = await _hold(worker, tg)
         for fn in (_filling, ends_the_transaction, _filling):
             tg.start_soon(write, fn)
-        await anyio.sleep(0.05)
+        await _queued(worker, 1)  # the three, handed over together
         gate.set()
     assert len(results) == 3 and "ok" not in results  # nothing of the lost batch counts
     await worker.call(_filling, write=True)  # and the thread still serves
@@ -147,16 +168,14 @@ async def test_a_full_store_says_so_once_and_recovers(tmp_path: Path) -> None:
 async def test_an_urgent_write_goes_ahead_of_the_queue(tmp_path: Path) -> None:
     worker = _worker(tmp_path / "w.db")
     order: list[str] = []
-    gate = threading.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.call, lambda db: gate.wait(5))
-        await anyio.sleep(0.05)
+        gate = await _hold(worker, tg)
         for name in ("a", "b", "c"):
             await worker.submit(lambda db, name=name: order.append(name))
         tg.start_soon(
             lambda: worker.call(lambda db: order.append("urgent"), write=True, urgent=True)
         )
-        await anyio.sleep(0.05)
+        await _queued(worker, 2)  # the three writes, then the urgent one
         gate.set()
     await worker.flush()
     assert order == ["urgent", "a", "b", "c"]
@@ -223,24 +242,24 @@ async def test_what_the_loop_queued_runs_before_a_blocking_call(tmp_path: Path) 
 
 async def test_a_slow_job_queued_later_holds_back_no_answer(tmp_path: Path) -> None:
     worker = _worker(tmp_path / "w.db")
-    gate, slow_done = threading.Event(), threading.Event()
+    answered, slow_done = threading.Event(), threading.Event()
     quick_answered_while_slow_ran: list[bool] = []
 
     def slow(db: sqlite3.Connection) -> None:
-        time.sleep(1)
+        answered.wait(10)  # slow until the quick call is answered (or never is)
         slow_done.set()
 
     async def quick() -> None:
         await worker.call(lambda db: None)
         quick_answered_while_slow_ran.append(not slow_done.is_set())
+        answered.set()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.call, lambda db: gate.wait(5))
-        await anyio.sleep(0.05)  # the thread is held at the gate
+        gate = await _hold(worker, tg)
         tg.start_soon(quick)
-        await anyio.sleep(0.05)  # handed over: queued behind the gate
+        await _queued(worker, 1)  # handed over: queued behind the gate
         tg.start_soon(worker.call, slow)
-        await anyio.sleep(0.05)  # handed over after it, on its own
+        await _queued(worker, 2)  # handed over after it, on its own
         gate.set()
     assert quick_answered_while_slow_ran == [True]
     worker.stop()
@@ -312,7 +331,6 @@ async def test_urgent_writes_waiting_together_share_one_commit(tmp_path: Path) -
     worker.on_error = lambda exc: None
     statements: list[str] = []
     await worker.call(lambda db: db.set_trace_callback(statements.append))
-    gate = threading.Event()
     outcomes: list[str] = []
 
     async def urgent(fn: Callable[[sqlite3.Connection], None]) -> None:
@@ -323,11 +341,10 @@ async def test_urgent_writes_waiting_together_share_one_commit(tmp_path: Path) -
             outcomes.append("failed")
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.call, lambda db: gate.wait(5))
-        await anyio.sleep(0.05)  # the thread is held at the gate
+        gate = await _hold(worker, tg)
         for fn in (_filling, _failing, _filling):
             tg.start_soon(urgent, fn)
-        await anyio.sleep(0.05)
+        await _queued(worker, 3)  # each urgent call wakes the thread
         gate.set()
     assert statements.count("COMMIT") == 1
     assert sorted(outcomes) == ["failed", "ok", "ok"], "a failure spares the others"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from rousseau.agent import Request, Response
 from rousseau.agent.testing import ScriptedProvider, text_reply, tool_reply
 from rousseau.config import Config, load_config
 from rousseau.transports.split import split_message
-from tests.helpers import serving
+from tests.helpers import runs_below, serving
 from tests.transports.conformance import Harness
 from tests.transports.test_conformance import act
 
@@ -54,7 +55,7 @@ async def test_a_slow_answer_grows_in_one_message_that_ends_as_the_answer(
         with anyio.fail_after(30):
             while await anyio.to_thread.run_sync(shown) != [ANSWER]:
                 await anyio.sleep(0.2)
-        await anyio.sleep(0.5)
+    # Stopped cleanly (what it had still to send went out first): nothing more came.
     assert await anyio.to_thread.run_sync(shown) == [ANSWER]
     times = await anyio.to_thread.run_sync(harness.update_times)  # type: ignore[attr-defined]
     assert len(times) >= 3  # shown while written, then the final edit
@@ -115,8 +116,8 @@ async def test_an_answer_longer_than_a_message_ends_split_with_nothing_lost(
         with anyio.fail_after(40):
             while await anyio.to_thread.run_sync(shown) != expected:
                 await anyio.sleep(0.2)
-        await anyio.sleep(0.5)
-    assert await anyio.to_thread.run_sync(shown) == expected  # and nothing after
+    # Stopped cleanly (what it had still to send went out first): nothing more came.
+    assert await anyio.to_thread.run_sync(shown) == expected
 
 
 async def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
@@ -128,6 +129,10 @@ async def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
     def texts() -> list[str]:
         return [d.text for d in harness.delivered() if d.chat == harness.dm_chat]
 
+    def previewing() -> bool:
+        """The preview says bash runs (where the platform shows previews)."""
+        return not hasattr(harness, "shown") or harness.shown() == ["⏳ running `sleep 30`…"]
+
     async def until(seen: Callable[[list[str]], bool]) -> None:
         with anyio.fail_after(20):
             while not seen(await anyio.to_thread.run_sync(texts)):
@@ -138,7 +143,10 @@ async def test_stop_ends_a_long_bash_call_and_the_session_goes_on(
         with anyio.fail_after(20):
             while not provider.requests:
                 await anyio.sleep(0.1)
-        await anyio.sleep(1.5)  # bash is sleeping
+            while not runs_below(os.getpid(), "sleep", "30"):  # bash is sleeping
+                await anyio.sleep(0.1)
+            while not await anyio.to_thread.run_sync(previewing):  # and the preview says so
+                await anyio.sleep(0.1)
         asked = time.monotonic()
         await act(harness.dm, "/stop")
         await until(lambda t: "Stopped." in t)

@@ -70,11 +70,15 @@ async def test_each_chat_of_a_poll_is_taken_in_order(telegram: FakeTelegram) -> 
         telegram.push(f"42 #{i}", chat_id=42, user_id=42)
         telegram.push(f"43 #{i}", chat_id=43, user_id=43)
     taken: list[str] = []
+    others = anyio.Event()
 
     async def handler(inbound: Inbound) -> None:
-        if inbound.text == "42 #0":
-            await anyio.sleep(0.3)  # slow to persist: nothing of its chat overtakes it
+        if inbound.text == "42 #0":  # slow to persist: nothing of its chat overtakes it
+            with anyio.move_on_after(5):  # (chat 43, taking its turn, is not held up)
+                await others.wait()
         taken.append(inbound.text)
+        if inbound.text == "43 #2":
+            others.set()
 
     async with polling(telegram, handler):
         with anyio.fail_after(10):
