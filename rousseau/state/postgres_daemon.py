@@ -25,6 +25,12 @@ import structlog
 from rousseau.agent import Attachment, Content, StoreError
 from rousseau.messages import DEFAULT_AGENT, Inbound, Outbound
 from rousseau.state.postgres import PostgresStore
+from rousseau.state.postgres_cluster import (
+    ELECTION_POLL,
+    Poller,
+    PostgresApprovals,
+    own_connection,
+)
 from rousseau.state.records import (
     CODE_COLUMNS,
     MAX_PENDING_CODES,
@@ -47,8 +53,6 @@ from rousseau.state.records import (
 
 log = structlog.get_logger("rousseau.state")
 
-ELECTION_POLL = 1.0
-"""Seconds between a waiting daemon's tries to become a transport's poller."""
 CLAIM_POLL = 0.1
 """Seconds between tries to claim a session another daemon is answering in."""
 LEASE = 30.0
@@ -156,7 +160,7 @@ class PostgresDaemonState:
         or the connection breaks); hold it until leaving."""
         key = "poller:" + transport
         while True:
-            conn = await _own_connection(self.store, key)
+            conn = await own_connection(self.store, key)
             try:
                 # Polled: the holder is another process, which has no way to wake this one.
                 while not await _try_lock(conn, key):  # noqa: ASYNC110
@@ -720,119 +724,10 @@ class PostgresTransportState:
             )
 
 
-async def _own_connection(store: PostgresStore, purpose: str) -> Any:
-    """A connection of this daemon's own (autocommit, outside the pool), tried again every
-    ELECTION_POLL until the server takes it."""
-    import psycopg
-
-    while True:
-        try:
-            return await psycopg.AsyncConnection.connect(store.url, autocommit=True)
-        except psycopg.Error as exc:
-            log.warning("cluster.connect_failed", purpose=purpose, error=str(exc))
-            await anyio.sleep(ELECTION_POLL)
-
-
 async def _try_lock(conn: Any, key: str) -> bool:
     cursor = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
     row = await cursor.fetchone()
     return bool(row and row[0])
-
-
-class Poller:
-    """This daemon's hold on a transport's poller lock."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    async def lost(self) -> None:
-        """Return once the lock's connection stops answering: the lock may be another's."""
-        import psycopg
-
-        while True:
-            await anyio.sleep(ELECTION_POLL)
-            try:
-                with anyio.fail_after(ELECTION_POLL * 5):
-                    await self._conn.execute("SELECT 1")
-            except (psycopg.Error, TimeoutError) as exc:
-                log.warning("cluster.poller_lost", error=str(exc) or type(exc).__name__)
-                return
-
-
-APPROVALS_CHANNEL = "rousseau_approvals"
-
-
-class PostgresApprovals:
-    """The approvals Relay on PostgreSQL: each waiting request is a row; an answer given on
-    any daemon is written to it and announced (NOTIFY) to the daemon that asked, which
-    listens on a connection of its own (and reads the rows again whenever it reconnects)."""
-
-    def __init__(self, store: PostgresStore, daemon: str) -> None:
-        self.store = store
-        self.daemon = daemon
-
-    async def publish(self, code: str, owners: frozenset[str]) -> bool:
-        async with self.store.transaction() as db:
-            cursor = await db.execute(
-                "INSERT INTO approvals (code, daemon, owners, asked_at) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (code) DO NOTHING",
-                (code, self.daemon, json.dumps(sorted(owners)), time.time()),
-            )
-            return cursor.rowcount > 0
-
-    async def owners_of(self, code: str) -> frozenset[str] | None:
-        async with self.store.transaction() as db:
-            cursor = await db.execute(
-                "SELECT owners FROM approvals WHERE code = %s AND allow IS NULL", (code,)
-            )
-            row = await cursor.fetchone()
-        return None if row is None else frozenset(json.loads(row[0]))
-
-    async def send_answer(self, code: str, allow: bool, who: str) -> bool:
-        async with self.store.transaction() as db:
-            cursor = await db.execute(
-                "UPDATE approvals SET allow = %s, answered_by = %s"
-                " WHERE code = %s AND allow IS NULL RETURNING daemon",
-                (allow, who, code),
-            )
-            row = await cursor.fetchone()
-            if row is None:
-                return False
-            message = json.dumps({"daemon": row[0], "code": code, "allow": allow, "who": who})
-            await db.execute("SELECT pg_notify(%s, %s)", (APPROVALS_CHANNEL, message))
-        return True
-
-    async def withdraw(self, code: str) -> None:
-        async with self.store.transaction() as db:
-            await db.execute(
-                "DELETE FROM approvals WHERE code = %s AND daemon = %s", (code, self.daemon)
-            )
-
-    async def answers(self) -> AsyncIterator[tuple[str, bool, str]]:
-        import psycopg
-
-        while True:
-            conn = await _own_connection(self.store, "approvals")
-            try:
-                await conn.execute(f"LISTEN {APPROVALS_CHANNEL}")
-                # What was answered while this daemon was not listening.
-                cursor = await conn.execute(
-                    "SELECT code, allow, answered_by FROM approvals"
-                    " WHERE daemon = %s AND allow IS NOT NULL",
-                    (self.daemon,),
-                )
-                for code, allow, who in await cursor.fetchall():
-                    yield str(code), bool(allow), str(who)
-                async for note in conn.notifies():
-                    answer = json.loads(note.payload)
-                    if answer.get("daemon") == self.daemon:
-                        yield str(answer["code"]), bool(answer["allow"]), str(answer["who"])
-            except psycopg.Error as exc:
-                log.warning("cluster.approvals_listen_lost", error=str(exc))
-                await anyio.sleep(ELECTION_POLL)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await conn.close()
 
 
 async def _chat_locked(db: Any, inbound: Inbound) -> None:
