@@ -12,7 +12,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau.agent import Agent, Message, Options, Request, Response
+from rousseau.agent import Agent, Message, Options, Request, Response, StreamEvent
 from rousseau.agent.testing import FunctionProvider, ScriptedProvider, text_reply
 from rousseau.router import FAILED_REPLY, ChatPolicy, RateLimiter, Router, RouterSettings
 from rousseau.state import Store
@@ -36,11 +36,12 @@ async def running(
     policy: ChatPolicy | None = None,
     rate: tuple[int, float] = (100, 1.0),
     max_length: int = 4096,
+    transport: MemoryTransport | None = None,
     **settings: Any,
 ) -> AsyncIterator[tuple[Router, MemoryTransport]]:
     own = store is None
     store = store or Store(":memory:")
-    transport = MemoryTransport(max_length=max_length)
+    transport = transport or MemoryTransport(max_length=max_length)
     router = Router(
         agent=Agent(provider, options=Options(history=store)),
         store=store,
@@ -315,14 +316,9 @@ async def test_a_fast_turn_starts_no_typing_or_preview_task() -> None:
         others.append({t.get_name() for t in tasks})
         return echo(request)
 
-    shown: list[str] = []
-
-    async def preview(chat_id: str, thread_id: str | None, text: str, **_: Any) -> str:
-        shown.append(text)  # (an error here would only be logged: the preview is a courtesy)
-        return "p1"
-
-    async with running(FunctionProvider(answer), streaming={"memory": StreamSettings()}) as (_, t):
-        t.preview = preview  # type: ignore[attr-defined]  # the transport streams replies
+    editing = EditingTransport()
+    settings = {"memory": StreamSettings()}
+    async with running(FunctionProvider(answer), transport=editing, streaming=settings) as (_, t):
         await t.inject("hi")
         [out] = await t.wait_sent(1)
     assert out.text == "echo: hi" and others
@@ -330,7 +326,74 @@ async def test_a_fast_turn_starts_no_typing_or_preview_task() -> None:
         not {f"rousseau.{n}" for n in ("router.turns.Turns._typing", "streaming.Preview.run")}
         & others[0]
     )
-    assert shown == []  # a preview is shown a second after the first token
+    assert editing.previews == []  # a preview is shown a second after the first token
+
+
+class EditingTransport(MemoryTransport):
+    """A memory transport whose replies stream: each preview shown or edited is recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.previews: list[tuple[str, str]] = []
+        """(message id, text) of each preview update, in order."""
+        self.shown = anyio.Event()
+
+    async def preview(
+        self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
+    ) -> str:
+        shown = message_id or f"p{len({m for m, _ in self.previews}) + 1}"
+        self.previews.append((shown, text))
+        self.shown.set()
+        return shown
+
+
+class Paused:
+    """A model that writes a first word, then waits for `go` before the rest."""
+
+    name = "paused"
+
+    def __init__(self) -> None:
+        self.go = anyio.Event()
+
+    async def complete(self, request: Request) -> Response:
+        await self.go.wait()
+        return text_reply("thinking about it: done")
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        yield StreamEvent.text_delta("thinking")
+        await self.go.wait()
+        yield StreamEvent.text_delta(" about it: done")
+        yield StreamEvent.final(text_reply("thinking about it: done"))
+
+
+@pytest.mark.parametrize("said_below", [False, True])
+async def test_an_answer_goes_below_what_was_said_after_its_preview(said_below: bool) -> None:
+    """An edit far up the chat notifies nobody: once something was said below the preview
+    (an approval's "Denied", another message), the answer is sent new, at the bottom, and the
+    preview is collapsed to a mark. With nothing below, the preview becomes the answer."""
+    from rousseau.streaming import LEFTOVER
+
+    model, editing = Paused(), EditingTransport()
+    settings = {"memory": StreamSettings(interval=0.01)}
+    async with running(model, transport=editing, streaming=settings) as (router, t):
+        await t.inject("question")
+        with anyio.fail_after(10):
+            await editing.shown.wait()
+        if said_below:
+            await router.notify("memory", "chat", "Denied ABCD.")
+            await t.wait_sent(1)
+        model.go.set()
+        sent = await t.wait_sent(3 if said_below else 1)
+    answer = [s for s in sent if s.text == "thinking about it: done"]
+    assert len(answer) == 1
+    if said_below:
+        assert answer[0].replaces is None
+        assert [(s.text, s.replaces) for s in sent[1:]] == [
+            (LEFTOVER, "p1"),
+            ("thinking about it: done", None),
+        ]
+    else:
+        assert answer[0].replaces == "p1" and len(sent) == 1
 
 
 def test_rate_limiter_keys_are_bounded() -> None:

@@ -172,6 +172,7 @@ class Router:
         if self._closing:
             raise ShuttingDown()
         self.metrics.inbound.labels(inbound.transport).inc()
+        self._replies.spoke(inbound.transport, inbound.chat_id, inbound.thread_id)
         try:
             admitted = await self._commands.on_arrival(self._context, inbound)
             if admitted is None:

@@ -6,6 +6,7 @@ outbox in the step that finishes its inbound, and that transport's courier is wo
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from rousseau.agent import Attachment
@@ -16,6 +17,9 @@ from rousseau.state.protocol import DaemonStore
 from rousseau.streaming import LEFTOVER
 from rousseau.transports.base import Transport
 from rousseau.transports.split import split_message
+
+CHATS_KEPT = 10_000
+"""Chats whose count of messages shown is kept (the least recently active dropped first)."""
 
 
 class Replies:
@@ -34,6 +38,20 @@ class Replies:
         self._policies = policies
         self._couriers = couriers
         """Each delivering transport's courier (the Router adds them as delivery starts)."""
+        self._said: OrderedDict[tuple[str, str, str | None], int] = OrderedDict()
+        """How many messages each chat (or thread) was shown so far, from either side: a
+        preview with messages below it is no longer where a person looks for the answer."""
+
+    def said(self, transport: str, chat_id: str, thread_id: str | None = None) -> int:
+        """How many messages the chat was shown since this daemon started (see `spoke`)."""
+        return self._said.get((transport, chat_id, thread_id), 0)
+
+    def spoke(self, transport: str, chat_id: str, thread_id: str | None = None) -> None:
+        """A message appeared in the chat (one taken in, or parts queued for it)."""
+        key = (transport, chat_id, thread_id)
+        self._said[key] = self._said.pop(key, 0) + 1
+        if len(self._said) > CHATS_KEPT:
+            self._said.popitem(last=False)
 
     async def reply(
         self,
@@ -45,13 +63,16 @@ class Replies:
         files: Sequence[tuple[Attachment, str]] = (),
         notice: str = "",
         replaces: Sequence[str] = (),
+        stale: bool = False,
         history: str | None = None,
     ) -> None:
         """Queue the reply, split for the platform, then any files the turn sent and a
         `notice` of its own, marking the inbound done (or failed, with `error`) in one step
         (with the queued writes of the `history` session, see DaemonState.finish).
         The first parts replace the messages in `replaces` (a streamed preview), one each;
-        preview messages the reply does not need are edited to a mark."""
+        preview messages the reply does not need are edited to a mark. Where the preview is
+        `stale` (other messages came below it), it is all edited to the mark and the reply
+        is sent new, at the bottom: an edit far up the chat notifies nobody."""
         parts = self.parts(
             inbound.transport,
             inbound.chat_id,
@@ -59,19 +80,15 @@ class Replies:
             thread_id=inbound.thread_id,
             reply_to=inbound.message_id,
         )
+        if stale:
+            collapsed = [self._leftover(inbound, message_id) for message_id in replaces]
+            parts = collapsed + parts
+            replaces = ()
         for i, message_id in enumerate(replaces):
             if i < len(parts):
                 parts[i] = dataclasses.replace(parts[i], replaces=message_id)
             else:
-                parts.append(
-                    Outbound(
-                        transport=inbound.transport,
-                        chat_id=inbound.chat_id,
-                        thread_id=inbound.thread_id,
-                        text=LEFTOVER,
-                        replaces=message_id,
-                    )
-                )
+                parts.append(self._leftover(inbound, message_id))
         if notice:
             parts += self.parts(
                 inbound.transport, inbound.chat_id, notice, thread_id=inbound.thread_id
@@ -79,7 +96,19 @@ class Replies:
         parts += _file_parts(inbound.transport, inbound.chat_id, files, inbound.thread_id)
         await self._state.finish(inbound if finish else None, parts, error=error, history=history)
         if parts:
+            self.spoke(inbound.transport, inbound.chat_id, inbound.thread_id)
             self.wake(inbound.transport)
+
+    @staticmethod
+    def _leftover(inbound: Inbound, message_id: str) -> Outbound:
+        """A preview message the answer does not take over, edited to a mark."""
+        return Outbound(
+            transport=inbound.transport,
+            chat_id=inbound.chat_id,
+            thread_id=inbound.thread_id,
+            text=LEFTOVER,
+            replaces=message_id,
+        )
 
     async def notify(
         self,
@@ -97,6 +126,7 @@ class Replies:
         parts += _file_parts(transport, chat_id, files)
         await self._state.finish(None, parts)
         if parts:
+            self.spoke(transport, chat_id)
             self.wake(transport)
         return len(parts)
 

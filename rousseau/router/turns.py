@@ -206,7 +206,8 @@ class Turns:
                 keep=functools.partial(self._state.sent_file, inbound),
             )
             outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
-            preview = self._preview(inbound, progress.preview)
+            shown_at: list[int] = []
+            preview = self._preview(inbound, progress.preview, shown_at)
             try:
                 answer = await self._turn(session, inbound, preview)
             except StoreError:
@@ -220,6 +221,10 @@ class Turns:
                 files=outgoing.files,
                 notice=hint,
                 replaces=preview.ids if preview is not None else progress.preview,
+                # A stopped turn's mark stays where it was: there is no answer to be seen.
+                stale=bool(shown_at)
+                and shown_at[0] != self._said(inbound)
+                and answer != STOPPED_MARK,
                 history=session.id,
             )
             if hint:
@@ -253,9 +258,14 @@ class Turns:
         await self.agent_of(inbound).append(session, Message(role=Role.USER, content=content))
         await self._state.mark_appended(inbound, session.id)
 
-    def _preview(self, inbound: Inbound, shown: list[str]) -> Preview | None:
+    def _said(self, inbound: Inbound) -> int:
+        return self._replies.said(inbound.transport, inbound.chat_id, inbound.thread_id)
+
+    def _preview(self, inbound: Inbound, shown: list[str], shown_at: list[int]) -> Preview | None:
         """A preview for this turn's reply, where its transport streams (continuing the
-        messages an earlier try of the turn was shown in)."""
+        messages an earlier try of the turn was shown in). `shown_at` gets the chat's count
+        of messages when the preview's first message is made: a reply that finds more than
+        that is sent below them, not edited into the preview above."""
         settings = self._settings.streaming.get(inbound.transport)
         can = self._abilities.get(inbound.transport) or Abilities()
         edits = can.edits
@@ -267,12 +277,17 @@ class Turns:
             chat_id=inbound.chat_id,
             thread_id=inbound.thread_id,
             ids=list(shown),
-            keep=functools.partial(self._state.shown_preview, inbound),
+            keep=functools.partial(self._keep_preview, inbound, shown_at),
             drafts=drafts if drafts is not None and not inbound.is_group else None,
             draft_id=zlib.crc32(inbound.message_id.encode()) or 1,
             interval=settings.interval,
             raw=can.raw_previews,
         )
+
+    async def _keep_preview(self, inbound: Inbound, shown_at: list[int], ids: list[str]) -> None:
+        if not shown_at and len(ids) == 1:
+            shown_at.append(self._said(inbound))
+        await self._state.shown_preview(inbound, ids)
 
     async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:
         """The turn's answer, or an honest apology if the model failed or took too long.
