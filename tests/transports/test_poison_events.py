@@ -59,7 +59,7 @@ def restarts(logs: Logs) -> list[dict[str, Any]]:
     return [e for e in logs if e["event"] in ("transport.failed", "transport.restart")]
 
 
-async def until(done: Callable[[], bool], within: float = 15) -> None:
+async def until(done: Callable[[], bool], within: float = 30) -> None:
     with anyio.fail_after(within):
         while not done():
             await anyio.sleep(0.02)
@@ -177,7 +177,6 @@ def discord_poisons(harness: DiscordHarness) -> dict[str, dict[str, Any]]:
         "author missing": spoiled(lambda d: d.pop("author")),
         "author id junk": spoiled(lambda d: d["author"].update(id=["x"])),
         "author name a number": spoiled(lambda d: d["author"].update(global_name=5, username=5)),
-        "timestamp junk": spoiled(lambda d: d.update(timestamp="yesterday")),
         "mentions not a list": spoiled(lambda d: d.update(mentions="everyone")),
         "attachments junk": spoiled(lambda d: d.update(attachments=[{"id": "x"}])),
         "type a string": spoiled(lambda d: d.update(type="default")),
