@@ -52,7 +52,7 @@ from rousseau.tools.fs import Workspace
 from rousseau.transports import build_transports
 from rousseau.transports.abilities import Abilities, TakesFiles
 from rousseau.transports.base import Transport
-from rousseau.transports.unreadable import count_failed
+from rousseau.transports.unreadable import count_refused
 
 if TYPE_CHECKING:
     from rousseau.state.postgres_daemon import PostgresDaemonState
@@ -157,9 +157,6 @@ class Daemon:
         started: Callable[[], None],
     ) -> None:
         config = self.config
-        # An event a transport cannot read is skipped and counted as failed; every task
-        # started from here on inherits this daemon's counter.
-        count_failed.set(lambda name: self.metrics.failed_inbound.labels(name).inc())
         async with anyio.create_task_group() as probes:
             probes.start_soon(self.lag.run)
             probes.start_soon(self._publish, lock)
@@ -173,6 +170,7 @@ class Daemon:
             try:
                 for name, transport in self.transports.items():
                     transport.bind_state(backend.transport_state(name))
+                    count_refused(transport, self.metrics.failed_inbound.labels(name).inc)
                     if isinstance(transport, TakesFiles):
                         transport.bind_media(self._media)
                 if self.provider is not None:

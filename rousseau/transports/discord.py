@@ -123,7 +123,7 @@ class DiscordTransport:
             try:
                 inbound = self._pressed(interaction)
             except Exception as exc:
-                refuse(self.name, exc, kind="INTERACTION_CREATE", message=interaction.id)
+                refuse(self, exc, kind="INTERACTION_CREATE", message=interaction.id)
                 return
             if inbound is not None:
                 await handler(inbound)
@@ -145,7 +145,7 @@ class DiscordTransport:
         try:
             parse(data)
         except Exception as exc:
-            refuse(self.name, exc, kind=kind, message=_id_of(data))
+            refuse(self, exc, kind=kind, message=_id_of(data))
 
     def _pressed(self, interaction: discord.Interaction) -> Inbound | None:
         """A pressed answer button: an ordinary message with its text, from whoever pressed."""
@@ -215,7 +215,7 @@ class DiscordTransport:
             inbound = self._normalise(client, message)
             return None if inbound is None else (checked(inbound), self._files(message))
         except Exception as exc:
-            refuse(self.name, exc, kind="MESSAGE_CREATE", message=message.id)
+            refuse(self, exc, kind="MESSAGE_CREATE", message=message.id)
             return None
 
     def _normalise(self, client: discord.Client, message: discord.Message) -> Inbound | None:

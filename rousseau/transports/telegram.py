@@ -221,11 +221,11 @@ class TelegramTransport:
         try:
             data = await request.json()
         except ValueError as exc:  # not JSON, or not UTF-8: posted again, it would fail again
-            refuse(self.name, exc, event="bad_update", update=None)
+            refuse(self, exc, event="bad_update", update=None)
             return web.Response(text="skipped")
         update_id = data.get("update_id") if isinstance(data, dict) else None
         if not isinstance(update_id, int):
-            refuse(self.name, "no update_id", event="bad_update", update=None)
+            refuse(self, "no update_id", event="bad_update", update=None)
             return web.Response(text="skipped")
         update = self._parse(update_id, data)
         try:
@@ -296,7 +296,7 @@ class TelegramTransport:
         try:
             return telegram.Update.de_json(item, self.bot)
         except Exception as exc:  # a malformed update is skipped, never retried forever
-            refuse(self.name, exc, event="bad_update", update=update_id)
+            refuse(self, exc, event="bad_update", update=update_id)
             return None
 
     def _read(self, update_id: int, update: Any) -> _Read:
@@ -312,7 +312,7 @@ class TelegramTransport:
             files = _files(message) if message is not None and self.media is not None else []
             return _Read(update_id=update_id, update=update, inbound=checked(inbound), files=files)
         except Exception as exc:  # a malformed update is skipped, never retried forever
-            refuse(self.name, exc, event="bad_update", update=update_id)
+            refuse(self, exc, event="bad_update", update=update_id)
             return _Read(update_id=update_id, update=None)
 
     async def _answered(self, query: Any) -> None:

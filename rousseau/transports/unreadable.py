@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import replace
+from typing import Protocol
+from weakref import WeakKeyDictionary
 
 import structlog
 
@@ -26,7 +27,7 @@ from rousseau.messages import Inbound
 __all__ = [
     "Unreadable",
     "checked",
-    "count_failed",
+    "count_refused",
     "ident",
     "integer_id",
     "number",
@@ -39,11 +40,23 @@ __all__ = [
 log = structlog.get_logger("rousseau.transports")
 
 REASON_CHARS = 300
-"""How much of a reason is logged: an exception may quote a whole 100,000-character field."""
+"""How much of a reason (or an id) is logged: an exception may quote a whole 100,000-character
+field."""
 
-count_failed: ContextVar[Callable[[str], None] | None] = ContextVar("count_failed", default=None)
-"""Counts an event refused by a transport (by its name); the daemon sets its metrics' counter
-here before the transports start, and every task they start inherits it."""
+
+class Named(Protocol):
+    """A transport, as far as recording what it refused goes."""
+
+    name: str
+
+
+_counters: WeakKeyDictionary[Named, Callable[[], object]] = WeakKeyDictionary()
+
+
+def count_refused(transport: Named, count: Callable[[], object]) -> None:
+    """Call `count()` for each event `transport` refuses: the daemon binds its metrics'
+    failed-inbound counter to each transport it runs."""
+    _counters[transport] = count
 
 
 class Unreadable(ValueError):
@@ -51,21 +64,27 @@ class Unreadable(ValueError):
 
 
 def refuse(
-    transport: str, error: BaseException | str, *, event: str = "bad_event", **where: object
+    transport: Named, error: BaseException | str, *, event: str = "bad_event", **where: object
 ) -> None:
-    """Record an event the adapter could not read, and why (`TRANSPORT.bad_event`, with what
-    identifies it in `where`). An error other than Unreadable is a gap in the adapter's
-    checks: its traceback is logged too."""
+    """Record an event `transport` could not read, and why (`NAME.bad_event`, with what
+    identifies it in `where`), and count it. An error other than Unreadable is a gap in the
+    adapter's checks: its traceback is logged too."""
     if isinstance(error, str | Unreadable):
         reason, trace = str(error), None
     else:
         reason, trace = f"{type(error).__name__}: {error}", error
-    if len(reason) > REASON_CHARS:
-        reason = reason[:REASON_CHARS] + "…"
-    log.warning(f"{transport}.{event}", reason=reason, exc_info=trace, **where)
-    count = count_failed.get()
+    shown = {key: _short(value) for key, value in where.items()}
+    log.warning(f"{transport.name}.{event}", reason=_short(reason), exc_info=trace, **shown)
+    count = _counters.get(transport)
     if count is not None:
-        count(transport)
+        count()
+
+
+def _short(value: object) -> object:
+    """A string cut to REASON_CHARS (and repaired, so the log line itself can be written)."""
+    if not isinstance(value, str):
+        return value
+    return repaired(value[:REASON_CHARS] + "…" if len(value) > REASON_CHARS else value)
 
 
 def repaired(value: str) -> str:
