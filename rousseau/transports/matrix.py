@@ -464,8 +464,9 @@ class MatrixTransport:
 
 class _Client(nio.AsyncClient):  # type: ignore[misc]  # nio is untyped where not installed
     """nio's client, each sync's room events looked at before nio parses them: one it could
-    not parse (not an object, or no integer timestamp) would fail the whole sync, and the
-    same sync would be asked for again, forever. Such an event is recorded and dropped."""
+    not parse (not an object, no integer timestamp, no content) would fail the whole sync,
+    and the same sync would be asked for again, forever. Such an event is recorded and
+    dropped."""
 
     transport: MatrixTransport | None = None
     """Whose events these are (what is dropped is recorded as that transport's)."""
@@ -492,10 +493,18 @@ def _drop_unparsable(transport: MatrixTransport, sync: dict[str, Any]) -> None:
 
 
 def _parsable(transport: MatrixTransport, room_id: str, event: Any) -> bool:
-    stamp = event.get("origin_server_ts") if isinstance(event, dict) else None
-    if isinstance(stamp, int) and not isinstance(stamp, bool):
+    """Whether nio can parse `event` (what it fails on, found by tests/fuzz); if not, it
+    is recorded as failed."""
+    if not isinstance(event, dict):
+        why = f"an event of {type(event).__name__}, not an object"
+    elif isinstance(event.get("origin_server_ts"), bool) or not isinstance(
+        event.get("origin_server_ts"), int
+    ):
+        why = "no integer origin_server_ts"
+    elif not isinstance(event.get("content"), dict):
+        why = "no content object"
+    else:
         return True
     where = event.get("event_id") if isinstance(event, dict) else None
-    why = "an event that is not an object" if where is None else "no integer origin_server_ts"
     refuse(transport, why, room=room_id, message=where if isinstance(where, str) else None)
     return False

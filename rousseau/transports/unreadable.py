@@ -25,6 +25,7 @@ import structlog
 from rousseau.messages import Inbound
 
 __all__ = [
+    "Named",
     "Unreadable",
     "checked",
     "count_refused",
@@ -135,17 +136,21 @@ def number(value: object, what: str) -> float:
     """A timestamp or a size: a finite int or float (never a bool)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Unreadable(f"{what} is {type(value).__name__}, not a number")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise Unreadable(f"{what} is {value}")
-    return float(value)
+    try:
+        found = float(value)
+    except OverflowError:  # an int past any float
+        raise Unreadable(f"{what} is too large") from None
+    if not math.isfinite(found):
+        raise Unreadable(f"{what} is {found}")
+    return found
 
 
 def checked(inbound: Inbound) -> Inbound:
     """The Inbound as an adapter built it, its fields checked (Unreadable if one is not what
     the router and the store expect) and its texts repaired (see the module's docstring).
 
-    The last step of every normaliser: cheap (a few type checks; texts are scanned only when
-    they are not ASCII), so it runs on every message."""
+    The last step of every normaliser, on every message: a few type checks, and a scan of
+    the texts for a NUL (and, past ASCII, for a lone surrogate)."""
     for what in ("chat_id", "sender_id", "message_id"):
         ident(getattr(inbound, what), what)
     if inbound.thread_id is not None:
