@@ -289,6 +289,8 @@ class TelegramTransport:
             update_id = item.get("update_id") if isinstance(item, dict) else None
             if isinstance(update_id, int):
                 out.append((update_id, self._parse(update_id, item)))
+            else:  # nothing to acknowledge it by: the next update's offset passes it
+                refuse(self, "no update_id", event="bad_update", update=None)
         return out
 
     def _parse(self, update_id: int, item: dict[str, Any]) -> Any:
