@@ -305,9 +305,9 @@ class MatrixTransport:
     def _incoming(self, client: nio.AsyncClient, event: Any) -> Incoming:
         content = event.source.get("content", {})
         info = content.get("info") or {}
-        duration = info.get("duration")
         if not isinstance(info, dict):
             raise Unreadable(f"info is {type(info).__name__}, not an object")
+        duration = info.get("duration")
         return Incoming(
             name=text(content.get("filename") or event.body, "filename") or "file",
             media_type=text(info.get("mimetype"), "mimetype"),

@@ -20,7 +20,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.agent import MissingExtraError, StoreError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_files
@@ -187,11 +187,13 @@ class WhatsAppTransport:
 
     async def _read(self, event: Any) -> tuple[Inbound, list[Incoming]] | None:
         """A message as the router takes it, checked, with its file; None for one not to
-        answer, or one that cannot be read (recorded as failed). Never raises: neonize
-        would stop delivering events."""
+        answer, or one that cannot be read (recorded as failed). Raises only when the store
+        (where a sender's phone number is learned) failed: that is not the event's fault."""
         try:
             inbound = await self._normalise(event)
             return None if inbound is None else (checked(inbound), self._files(event.Message))
+        except StoreError:
+            raise
         except Exception as exc:
             refuse(self, exc, message=str(getattr(getattr(event, "Info", None), "ID", "")))
             return None
