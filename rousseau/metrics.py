@@ -43,7 +43,8 @@ class Metrics:
         )
         self.failed_inbound = Counter(
             "rousseau_failed_inbound",
-            "Messages given up on after repeated failures (recorded with their traceback)",
+            "Messages given up on after repeated failures (recorded with their traceback),"
+            " or refused by their transport as unreadable (logged with the reason)",
             ["transport"],
             registry=r,
         )

@@ -39,6 +39,7 @@ from rousseau.tools import Registry, Shared
 from rousseau.tools.fs import Workspace
 from rousseau.transports.abilities import Abilities, TakesFiles
 from rousseau.transports.base import Transport
+from rousseau.transports.unreadable import count_refused
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -129,6 +130,7 @@ async def assemble(
         await anyio.to_thread.run_sync(load_shell_parser)  # for bash rules: 0.2 s
     for name, transport in transports.items():
         transport.bind_state(backend.transport_state(name))
+        count_refused(transport, metrics.failed_inbound.labels(name).inc)
         if isinstance(transport, TakesFiles):
             transport.bind_media(media)
     made: list[Provider] = []

@@ -6,8 +6,10 @@ discord.py's REST base and gateway (process-wide), for proxies and tests.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -18,6 +20,7 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_files
+from rousseau.transports.unreadable import Unreadable, checked, number, refuse, text
 
 try:
     import aiohttp
@@ -34,6 +37,9 @@ MAX_LENGTH = 2000
 MAX_FILE_BYTES = 10 * 1024 * 1024
 """A bot's upload limit in a server without boosts."""
 _FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError)
+_CONNECTION_EVENTS = frozenset({"READY", "RESUMED"})
+"""Gateway events about the connection itself, not what people send: one discord.py cannot
+parse is a failed connection (the transport restarts), not a message to skip."""
 _REJECTED_TOKEN = "set the bot token from the Developer Portal (Bot > Reset Token)"
 
 
@@ -97,22 +103,28 @@ class DiscordTransport:
             self._ready.set()
 
         async def on_message(message: discord.Message) -> None:
-            inbound = self._normalise(client, message)
-            if inbound is None:
+            read = self._read(client, message)
+            if read is None:
                 return
+            inbound, files = read
             # discord.py runs each event in a task of its own: while one message's files
             # download, the next one of its channel waits, so they are handed over in order.
             key = inbound.chat_id
             lock = self._in_order.setdefault(key, anyio.Lock())
             try:
                 async with lock:
-                    await handler(await self._with_files(inbound, message))
+                    inbound = await take_files(inbound, self.media, files, unavailable=_FAILURES)
+                    await handler(inbound)
             finally:
                 if not lock.locked() and not lock.statistics().tasks_waiting:
                     self._in_order.pop(key, None)
 
         async def on_interaction(interaction: discord.Interaction) -> None:
-            inbound = self._pressed(interaction)
+            try:
+                inbound = self._pressed(interaction)
+            except Exception as exc:
+                refuse(self, exc, kind="INTERACTION_CREATE", message=interaction.id)
+                return
             if inbound is not None:
                 await handler(inbound)
                 await interaction.response.defer()  # after persisting, as messages are
@@ -120,7 +132,20 @@ class DiscordTransport:
         client.event(on_ready)
         client.event(on_message)
         client.event(on_interaction)
+        parsers = client._connection.parsers
+        for kind, parse in list(parsers.items()):
+            if kind not in _CONNECTION_EVENTS:
+                parsers[kind] = functools.partial(self._parse, kind, parse)
         return client
+
+    def _parse(self, kind: str, parse: Callable[[Any], None], data: Any) -> None:
+        """One gateway event, parsed by discord.py (which dispatches what it makes of it).
+        An event it cannot parse is recorded as failed and skipped: raised, it would end
+        the whole connection, and the reconnect would wait longer each time."""
+        try:
+            parse(data)
+        except Exception as exc:
+            refuse(self, exc, kind=kind, message=_id_of(data))
 
     def _pressed(self, interaction: discord.Interaction) -> Inbound | None:
         """A pressed answer button: an ordinary message with its text, from whoever pressed."""
@@ -130,15 +155,17 @@ class DiscordTransport:
             return None
         if not custom_id.startswith(ANSWER_ID) or interaction.channel_id is None:
             return None
-        return Inbound(
-            transport=self.name,
-            chat_id=str(interaction.channel_id),
-            sender_id=str(interaction.user.id),
-            message_id=f"button:{interaction.id}",
-            text=custom_id.removeprefix(ANSWER_ID),
-            is_group=interaction.guild_id is not None,
-            mentioned=True,
-            sender_name=interaction.user.display_name,
+        return checked(
+            Inbound(
+                transport=self.name,
+                chat_id=str(interaction.channel_id),
+                sender_id=str(interaction.user.id),
+                message_id=f"button:{interaction.id}",
+                text=custom_id.removeprefix(ANSWER_ID),
+                is_group=interaction.guild_id is not None,
+                mentioned=True,
+                sender_name=interaction.user.display_name,
+            )
         )
 
     async def run(
@@ -179,10 +206,24 @@ class DiscordTransport:
             with anyio.CancelScope(shield=True):
                 await client.close()
 
+    def _read(
+        self, client: discord.Client, message: discord.Message
+    ) -> tuple[Inbound, list[Incoming]] | None:
+        """A message as the router takes it, checked, with the files it carries; None for
+        one not to answer, or one that cannot be read (recorded as failed). Never raises."""
+        try:
+            inbound = self._normalise(client, message)
+            return None if inbound is None else (checked(inbound), self._files(message))
+        except Exception as exc:
+            refuse(self, exc, kind="MESSAGE_CREATE", message=message.id)
+            return None
+
     def _normalise(self, client: discord.Client, message: discord.Message) -> Inbound | None:
         me = client.user
         if me is None or message.author.bot or message.author.id == me.id:
             return None  # our own and other bots' messages
+        if not isinstance(message.type.value, int):
+            raise Unreadable(f"message type is {type(message.type.value).__name__}")
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return None
         is_dm = message.guild is None
@@ -191,15 +232,15 @@ class DiscordTransport:
         ref = message.reference.resolved if message.reference else None
         if isinstance(ref, discord.Message) and ref.author.id == me.id:
             mentioned = True
-        text = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
-        if not text and not (self.media is not None and message.attachments):
+        said = re.sub(rf"<@!?{me.id}>", "", text(message.content, "content")).strip()
+        if not said and not (self.media is not None and message.attachments):
             return None
         return Inbound(
             transport=self.name,
             chat_id=str(message.channel.id),  # a thread is a channel of its own: its own session
             sender_id=str(message.author.id),
             message_id=str(message.id),
-            text=text,
+            text=said,
             is_group=not is_dm,
             mentioned=mentioned,
             sender_name=message.author.display_name,
@@ -210,21 +251,22 @@ class DiscordTransport:
         """Take attachments in (unbound, only the text)."""
         self.media = media
 
-    async def _with_files(self, inbound: Inbound, message: discord.Message) -> Inbound:
-        """The inbound with its attachments downloaded from Discord's CDN and stored (see
-        take_files)."""
-        files = [
+    def _files(self, message: discord.Message) -> list[Incoming]:
+        """The attachments to download from Discord's CDN and store (see take_files), when
+        files are taken in (Unreadable if one is described with fields of the wrong type)."""
+        if self.media is None:
+            return []
+        return [
             Incoming(
-                name=a.filename,
-                media_type=a.content_type or "",
-                size=a.size,
+                name=text(a.filename, "file name"),
+                media_type=text(a.content_type, "content type"),
+                size=int(number(a.size, "file size")),
                 fetch=a.read,
                 voice=a.is_voice_message(),
-                duration=a.duration,
+                duration=number(a.duration, "duration") if a.duration is not None else None,
             )
             for a in message.attachments
         ]
-        return await take_files(inbound, self.media, files, unavailable=_FAILURES)
 
     async def _channel(self, chat_id: str) -> Any:
         assert self._client is not None, "the transport is not running"
@@ -334,3 +376,9 @@ class DiscordTransport:
     async def aclose(self) -> None:
         if self._client is not None and not self._client.is_closed():
             await self._client.close()
+
+
+def _id_of(data: Any) -> str | None:
+    """The id a gateway event's data carries, to name it in a log line (if it has one)."""
+    found = data.get("id") if isinstance(data, dict) else None
+    return str(found)[:40] if isinstance(found, str | int) else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import time
 import uuid
@@ -26,6 +27,7 @@ from rousseau.agent import TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_by_chat, take_files
+from rousseau.transports.unreadable import Unreadable, checked, ident, number, refuse, text
 
 if TYPE_CHECKING:
     import httpx
@@ -192,63 +194,85 @@ class IMessageTransport:
             "with": ["chat", "handle", "attachment"],
         }
         messages = await self.call("POST", "/api/v1/message/query", body) or []
+        if not isinstance(messages, list):
+            raise IMessageError(f"imessage: a message query answered {type(messages).__name__}")
         fresh = [message for message in messages if _unseen(message, cursor)]
+        read = [(message, self._read(message)) for message in fresh]
 
-        async def take(message: dict[str, Any]) -> None:
-            inbound = self._normalise(message)
-            if inbound is not None:  # its files taken in before the cursor moves past it
-                files = self._files(message)
+        async def take(item: tuple[Any, tuple[Inbound, list[Incoming]] | None]) -> None:
+            found = item[1]
+            if found is not None:  # its files taken in before the cursor moves past it
+                inbound, files = found
                 inbound = await take_files(inbound, self.media, files, unavailable=(_Gone,))
                 await handler(inbound)  # returns once persisted
 
-        # By chat (see take_by_chat); the cursor passes what was taken up to a failure.
-        failed = await take_by_chat(fresh, _chat_guid, take)
+        # By chat (see take_by_chat); the cursor passes what was taken up to a failure,
+        # and what could not be read at once.
+        failed = await take_by_chat(read, lambda item: item[1][0].chat_id if item[1] else "", take)
         taken = fresh[: min(failed, default=len(fresh))]
         for message in taken:
-            at = int(message.get("dateCreated") or 0)
-            if at > cursor["at"]:
+            at = _created(message)
+            if at is not None and at > cursor["at"]:
                 cursor["at"], cursor["guids"] = at, []
-            cursor["guids"].append(str(message.get("guid") or ""))
+            cursor["guids"].append(_guid(message))
         if taken:
             await self._state.set("cursor", json.dumps(cursor))
         if failed:
             raise failed[min(failed)]
         return bool(fresh) and len(messages) >= PAGE
 
+    def _read(self, message: Any) -> tuple[Inbound, list[Incoming]] | None:
+        """A message as the router takes it, checked, with its attachments; None for one
+        not to answer, or one that cannot be read (recorded as failed, and passed by the
+        cursor like any other). Never raises."""
+        try:
+            if not isinstance(message, dict):
+                raise Unreadable(f"a message of {type(message).__name__}, not an object")
+            inbound = self._normalise(message)
+            return None if inbound is None else (checked(inbound), self._files(message))
+        except Exception as exc:
+            guid = message.get("guid") if isinstance(message, dict) else None
+            refuse(self, exc, message=guid if isinstance(guid, str) else None)
+            return None
+
     def _normalise(self, message: dict[str, Any]) -> Inbound | None:
         if message.get("isFromMe"):
             return None
-        text = str(message.get("text") or "").replace(_ATTACHMENT_MARK, "").strip()
-        chats = message.get("chats") or []
-        sender = str((message.get("handle") or {}).get("address") or "")
-        files = self.media is not None and bool(message.get("attachments"))
-        if not (text or files) or not chats or not sender:
+        said = text(message.get("text"), "text").replace(_ATTACHMENT_MARK, "").strip()
+        chats = _listed(message, "chats")
+        handle = message.get("handle") or {}
+        sender = handle.get("address") if isinstance(handle, dict) else None
+        files = self.media is not None and bool(_listed(message, "attachments"))
+        if not (said or files) or not chats or not sender:
             return None  # reactions, system messages (and files, unless taken in)
-        chat = _chat_guid(message)
+        first = chats[0]
+        chat = ident(first.get("guid") if isinstance(first, dict) else None, "chat guid")
         group = is_group_chat(chat)
         return Inbound(
             transport=self.name,
             chat_id=chat,
-            sender_id=sender,
-            message_id=str(message["guid"]),
-            text=text,
+            sender_id=ident(sender, "handle address"),
+            message_id=ident(message.get("guid"), "guid"),
+            text=said,
             is_group=group,
-            mentioned=group and self._mention is not None and bool(self._mention.search(text)),
-            at=int(message.get("dateCreated") or 0) / 1000,
+            mentioned=group and self._mention is not None and bool(self._mention.search(said)),
+            at=number(message.get("dateCreated") or 0, "dateCreated") / 1000,
         )
 
     def _files(self, message: dict[str, Any]) -> list[Incoming]:
         """A message's attachments, downloaded from the Mac when taken in. An audio
         message (recorded in Messages) is a voice note."""
+        if self.media is None:
+            return []
         return [
             Incoming(
-                name=str(a.get("transferName") or "attachment"),
-                media_type=str(a.get("mimeType") or ""),
+                name=text(a.get("transferName"), "transferName") or "attachment",
+                media_type=text(a.get("mimeType"), "mimeType"),
                 size=a.get("totalBytes") if isinstance(a.get("totalBytes"), int) else None,
-                fetch=functools.partial(self._download, str(a["guid"])),
+                fetch=functools.partial(self._download, ident(a["guid"], "attachment guid")),
                 voice=bool(message.get("isAudioMessage")),
             )
-            for a in message.get("attachments") or []
+            for a in _listed(message, "attachments")
             if isinstance(a, dict) and a.get("guid")
         ]
 
@@ -331,13 +355,33 @@ class IMessageTransport:
         )
 
 
-def _unseen(message: dict[str, Any], cursor: dict[str, Any]) -> bool:
-    """Not passed by the cursor yet (the server's `after` is inclusive)."""
-    at = int(message.get("dateCreated") or 0)
-    guid = str(message.get("guid") or "")
-    return at > cursor["at"] or (at == cursor["at"] and guid not in cursor["guids"])
+def _unseen(message: Any, cursor: dict[str, Any]) -> bool:
+    """Not passed by the cursor yet (the server's `after` is inclusive). One without a
+    creation time to compare is unseen until the cursor holds its guid."""
+    at = _created(message)
+    if at is None:
+        return _guid(message) not in cursor["guids"]
+    return at > cursor["at"] or (at == cursor["at"] and _guid(message) not in cursor["guids"])
 
 
-def _chat_guid(message: dict[str, Any]) -> str:
-    chats = message.get("chats") or []
-    return str(chats[0].get("guid") or "") if chats else ""
+def _created(message: Any) -> int | None:
+    """When a message was created (ms), 0 if not said; None if it cannot be read."""
+    if not isinstance(message, dict):
+        return None
+    at = message.get("dateCreated") or 0
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        return None
+    return int(at)
+
+
+def _guid(message: Any) -> str:
+    guid = message.get("guid") if isinstance(message, dict) else None
+    return guid if isinstance(guid, str) else ""
+
+
+def _listed(message: dict[str, Any], key: str) -> list[Any]:
+    """A list a message carries (its chats, its attachments): none when absent."""
+    found = message.get(key) or []
+    if not isinstance(found, list):
+        raise Unreadable(f"{key} is {type(found).__name__}, not a list")
+    return found

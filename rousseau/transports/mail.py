@@ -30,6 +30,7 @@ from rousseau.agent import TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_by_chat, take_files
+from rousseau.transports.unreadable import checked, refuse, repaired
 
 if TYPE_CHECKING:
     from imapclient import IMAPClient
@@ -217,7 +218,9 @@ class Thread:
 
 
 def _ids(value: Any) -> list[str]:
-    return re.findall(r"<[^<>\s]+>", str(value or ""))
+    """The <message ids> of a header (8-bit bytes in it, which the parser keeps as lone
+    surrogates, shown as U+FFFD)."""
+    return re.findall(r"<[^<>\s]+>", repaired(str(value or "")))
 
 
 # -- the transport --------------------------------------------------------------------------
@@ -412,10 +415,11 @@ class EmailTransport:
 
         async def take(mail: tuple[int, object]) -> None:
             uid, raw = mail
-            if isinstance(raw, bytes):
-                inbound = await self._read(raw, uid)
-                if inbound is not None:
-                    await handler(inbound)  # returns once persisted
+            read = self._read(raw, uid) if isinstance(raw, bytes) else None
+            if read is not None:
+                inbound, thread, files = read
+                await self._state.set(f"thread:{inbound.message_id}", thread.dumps())
+                await handler(await take_files(inbound, self.media, files))  # once persisted
             taken.append(uid)
 
         failed = await take_by_chat(mails, lambda mail: _sender_of(mail[1]), take)
@@ -424,16 +428,22 @@ class EmailTransport:
         if failed:
             raise failed[min(failed)]
 
-    async def _read(self, raw: bytes, uid: int) -> Inbound | None:
+    def _read(self, raw: bytes, uid: int) -> tuple[Inbound, Thread, list[Incoming]] | None:
+        """A mail as the router takes it, checked, with what a reply to it needs and its
+        files; None for one not to answer, or one that cannot be read (recorded as failed,
+        and marked seen: a malformed mail must not stop the mailbox). Never raises."""
         try:
             message = BytesParser(policy=policy.default).parsebytes(raw)
             assert isinstance(message, EmailMessage)
-            return await self._normalise(message, uid)
-        except Exception as exc:  # a malformed message must not stop the mailbox
-            log.warning("email.bad_message", uid=uid, error=f"{type(exc).__name__}: {exc}")
+            found = self._normalise(message, uid)
+            return None if found is None else (checked(found[0]), *found[1:])
+        except Exception as exc:
+            refuse(self, exc, event="bad_message", uid=uid)
             return None
 
-    async def _normalise(self, message: EmailMessage, uid: int) -> Inbound | None:
+    def _normalise(
+        self, message: EmailMessage, uid: int
+    ) -> tuple[Inbound, Thread, list[Incoming]] | None:
         senders = _addresses(message, "From")
         if len(senders) != 1:
             log.info("email.ignored", uid=uid, reason="no single From address")
@@ -458,9 +468,7 @@ class EmailTransport:
         own_id = message_id[0] if message_id else f"<uid-{uid}@{self.imap_host}>"
         references = _ids(message.get("References")) or _ids(message.get("In-Reply-To"))
         root = references[0] if references else own_id
-        await self._state.set(
-            f"thread:{own_id}", Thread(subject, (*references, own_id)[-20:]).dumps()
-        )
+        thread = Thread(repaired(subject), (*references, own_id)[-20:])
         to = _addresses(message, "To")
         cc = _addresses(message, "Cc")
         others = set(to + cc) - {self.address, sender}
@@ -476,7 +484,7 @@ class EmailTransport:
             thread_id=root,
             sender_name=name,
         )
-        return await take_files(inbound, self.media, files)
+        return inbound, thread, files
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -578,7 +586,7 @@ def _files(message: EmailMessage) -> list[Incoming]:
             continue
         found.append(
             Incoming(
-                name=part.get_filename() or f"attachment{len(found) + 1}",
+                name=repaired(part.get_filename() or f"attachment{len(found) + 1}"),
                 media_type=part.get_content_type(),
                 size=len(payload),
                 fetch=functools.partial(_ready, payload),

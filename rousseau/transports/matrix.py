@@ -21,6 +21,7 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
+from rousseau.transports.unreadable import Unreadable, checked, number, refuse, text
 
 try:
     import aiohttp
@@ -109,7 +110,9 @@ class MatrixTransport:
 
     def _client_for(self) -> nio.AsyncClient:
         config = nio.AsyncClientConfig(max_timeouts=MAX_TIMEOUTS)
-        return nio.AsyncClient(self.homeserver_url, self.user_id, config=config)
+        client = _Client(self.homeserver_url, self.user_id, config=config)
+        client.transport = self
+        return client
 
     async def _refused(self, doing: str, reply: Any) -> TransportError:
         """An error answer in rousseau's tree. A refused token from the config is permanent;
@@ -230,33 +233,10 @@ class MatrixTransport:
         room is done, and the sync is taken again (the `since` token stays)."""
         received: list[tuple[Inbound, Incoming | None]] = []
         for room_id, info in reply.rooms.join.items():
-            room = client.rooms.get(room_id)
             for event in info.timeline.events:
-                if event.sender == self.user_id:
-                    continue
-                content = event.source.get("content", {})
-                if isinstance(event, nio.RoomMessageText):
-                    text, file = event.body, None
-                elif isinstance(event, nio.RoomMessageMedia) and self.media is not None:
-                    text, file = self._caption(event, content), self._incoming(client, event)
-                else:
-                    continue
-                if "m.new_content" in content:
-                    continue  # an edit
-                members = room.joined_count if room is not None else 0
-                is_dm = members <= 2
-                inbound = Inbound(
-                    transport=self.name,
-                    chat_id=room_id,
-                    sender_id=event.sender,
-                    message_id=event.event_id,
-                    text=text,
-                    is_group=not is_dm,
-                    mentioned=self._mentions_me(text, content),
-                    sender_name=room.user_name(event.sender) or "" if room else "",
-                    at=event.server_timestamp / 1000,
-                )
-                received.append((inbound, file))
+                read = self._read(client, room_id, event)
+                if read is not None:
+                    received.append(read)
 
         async def take(message: tuple[Inbound, Incoming | None]) -> None:
             inbound, file = message
@@ -268,20 +248,69 @@ class MatrixTransport:
         if failed:
             raise failed[min(failed)]
 
+    def _read(
+        self, client: nio.AsyncClient, room_id: str, event: Any
+    ) -> tuple[Inbound, Incoming | None] | None:
+        """A room event as the router takes it, checked, with its file; None for one not to
+        answer, or one that cannot be read (recorded as failed: the sync position passes
+        it with the rest). Never raises."""
+        try:
+            if isinstance(event, nio.BadEvent | nio.UnknownBadEvent):
+                if event.source.get("type") != "m.room.message":
+                    return None
+                raise Unreadable("a message event that does not match its schema")
+            found = self._normalise(client, room_id, event)
+            return None if found is None else (checked(found[0]), found[1])
+        except Exception as exc:
+            message = getattr(event, "event_id", None)
+            refuse(self, exc, room=room_id, message=message)
+            return None
+
+    def _normalise(
+        self, client: nio.AsyncClient, room_id: str, event: Any
+    ) -> tuple[Inbound, Incoming | None] | None:
+        if event.sender == self.user_id:
+            return None
+        content = event.source.get("content", {})
+        if isinstance(event, nio.RoomMessageText):
+            said, file = text(event.body, "body"), None
+        elif isinstance(event, nio.RoomMessageMedia) and self.media is not None:
+            said, file = self._caption(event, content), self._incoming(client, event)
+        else:
+            return None
+        if "m.new_content" in content:
+            return None  # an edit
+        room = client.rooms.get(room_id)
+        members = room.joined_count if room is not None else 0
+        inbound = Inbound(
+            transport=self.name,
+            chat_id=room_id,
+            sender_id=event.sender,
+            message_id=event.event_id,
+            text=said,
+            is_group=members > 2,
+            mentioned=self._mentions_me(said, content),
+            sender_name=room.user_name(event.sender) or "" if room else "",
+            at=number(event.server_timestamp, "origin_server_ts") / 1000,
+        )
+        return inbound, file
+
     @staticmethod
     def _caption(event: Any, content: dict[str, Any]) -> str:
         """A media event's caption: its body, when a `filename` beside it names the file
         (Matrix 1.10); otherwise the body is only the file's name."""
         filename = content.get("filename")
-        return str(event.body) if filename and event.body != filename else ""
+        return text(event.body, "body") if filename and event.body != filename else ""
 
     def _incoming(self, client: nio.AsyncClient, event: Any) -> Incoming:
         content = event.source.get("content", {})
         info = content.get("info") or {}
+        if not isinstance(info, dict):
+            raise Unreadable(f"info is {type(info).__name__}, not an object")
         duration = info.get("duration")
         return Incoming(
-            name=str(content.get("filename") or event.body or "file"),
-            media_type=str(info.get("mimetype") or ""),
+            name=text(content.get("filename") or event.body, "filename") or "file",
+            media_type=text(info.get("mimetype"), "mimetype"),
             size=info.get("size") if isinstance(info.get("size"), int) else None,
             fetch=functools.partial(self._download, client, event.url),
             voice=VOICE in content,
@@ -298,7 +327,9 @@ class MatrixTransport:
         raise await self._refused("downloading a file", reply)
 
     def _mentions_me(self, body: str, content: dict[str, Any]) -> bool:
-        if self.user_id in (content.get("m.mentions") or {}).get("user_ids", []):
+        mentions = content.get("m.mentions") or {}
+        named = mentions.get("user_ids") if isinstance(mentions, dict) else None
+        if isinstance(named, list) and self.user_id in named:
             return True
         lowered = body.lower()
         localpart = self.user_id.split(":")[0].lstrip("@").lower()
@@ -429,3 +460,51 @@ class MatrixTransport:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+
+class _Client(nio.AsyncClient):  # type: ignore[misc]  # nio is untyped where not installed
+    """nio's client, each sync's room events looked at before nio parses them: one it could
+    not parse (not an object, no integer timestamp, no content) would fail the whole sync,
+    and the same sync would be asked for again, forever. Such an event is recorded and
+    dropped."""
+
+    transport: MatrixTransport | None = None
+    """Whose events these are (what is dropped is recorded as that transport's)."""
+
+    async def parse_body(self, transport_response: Any) -> dict[Any, Any]:
+        body: dict[Any, Any] = await super().parse_body(transport_response)
+        if isinstance(body, dict) and "next_batch" in body and self.transport is not None:
+            _drop_unparsable(self.transport, body)
+        return body
+
+
+def _drop_unparsable(transport: MatrixTransport, sync: dict[str, Any]) -> None:
+    """Remove, from the joined and left rooms of a sync's body, the timeline and state
+    events nio cannot parse (each recorded as failed)."""
+    rooms = sync.get("rooms")
+    for kind in ("join", "leave"):
+        found = rooms.get(kind) if isinstance(rooms, dict) else None
+        for room_id, info in found.items() if isinstance(found, dict) else ():
+            for part in ("timeline", "state"):
+                section = info.get(part) if isinstance(info, dict) else None
+                if isinstance(section, dict) and isinstance(section.get("events"), list):
+                    kept = [e for e in section["events"] if _parsable(transport, room_id, e)]
+                    section["events"] = kept
+
+
+def _parsable(transport: MatrixTransport, room_id: str, event: Any) -> bool:
+    """Whether nio can parse `event` (what it fails on, found by tests/fuzz); if not, it
+    is recorded as failed."""
+    if not isinstance(event, dict):
+        why = f"an event of {type(event).__name__}, not an object"
+    elif isinstance(event.get("origin_server_ts"), bool) or not isinstance(
+        event.get("origin_server_ts"), int
+    ):
+        why = "no integer origin_server_ts"
+    elif not isinstance(event.get("content"), dict):
+        why = "no content object"
+    else:
+        return True
+    where = event.get("event_id") if isinstance(event, dict) else None
+    refuse(transport, why, room=room_id, message=where if isinstance(where, str) else None)
+    return False

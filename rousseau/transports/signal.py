@@ -28,6 +28,15 @@ from rousseau.agent import TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake, media_type_of
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.transports.base import file_bytes, take_files
+from rousseau.transports.unreadable import (
+    Unreadable,
+    checked,
+    ident,
+    integer_id,
+    number,
+    refuse,
+    text,
+)
 
 log = structlog.get_logger("rousseau.signal")
 
@@ -157,6 +166,9 @@ class SignalTransport:
         except json.JSONDecodeError:
             log.warning("signal.bad_output", line=line[:200].decode("utf-8", errors="replace"))
             return
+        if not isinstance(message, dict):
+            refuse(self, f"a line of {type(message).__name__}, not an object")
+            return
         if "id" in message and ("result" in message or "error" in message):
             waiting = self._pending.get(str(message["id"]))
             if waiting is not None:
@@ -194,7 +206,7 @@ class SignalTransport:
 
         async with received, anyio.create_task_group() as tg:
             async for params in received:
-                found = self._normalise(params.get("envelope") or {})
+                found = self._received(params)
                 if found is None:
                     continue
                 await in_hand.acquire()
@@ -206,6 +218,18 @@ class SignalTransport:
                 queue.append(found)
         scope.cancel()
 
+    def _received(self, params: Any) -> tuple[Inbound, list[Incoming]] | None:
+        """A received message as the router takes it, checked, with its files; None for
+        what is not one to answer, or what cannot be read (recorded as failed). Never
+        raises: that would end the transport, and signal-cli would not print it again."""
+        try:
+            envelope = params.get("envelope") if isinstance(params, dict) else None
+            found = self._normalise(envelope or {})
+            return None if found is None else (checked(found[0]), found[1])
+        except Exception as exc:
+            refuse(self, exc)
+            return None
+
     def _normalise(self, envelope: dict[str, Any]) -> tuple[Inbound, list[Incoming]] | None:
         data = envelope.get("dataMessage")
         source = (
@@ -213,37 +237,42 @@ class SignalTransport:
         )
         if not data or not source or source == self.account:
             return None  # receipts, typing, sync copies of our own messages
-        text = data.get("message") or ""
-        files = [self._incoming(a) for a in data.get("attachments") or [] if _plain_id(a)]
-        if not text and not (files and self.media is not None):
+        source = ident(source, "source")
+        said = text(data.get("message"), "message")
+        files = [self._incoming(a) for a in _listed(data, "attachments") if _plain_id(a)]
+        if not said and not (files and self.media is not None):
             return None
         group = (data.get("groupInfo") or {}).get("groupId")
-        mentions = data.get("mentions") or []
-        mentioned = any(m.get("number") == self.account for m in mentions)
-        text = text.replace(_MENTION_MARK, "").strip()
-        timestamp = int(envelope.get("timestamp") or data.get("timestamp") or 0)
+        mentioned = any(
+            isinstance(m, dict) and m.get("number") == self.account
+            for m in _listed(data, "mentions")
+        )
+        said = said.replace(_MENTION_MARK, "").strip()
+        timestamp = integer_id(envelope.get("timestamp") or data.get("timestamp") or 0, "timestamp")
         inbound = Inbound(
             transport=self.name,
-            chat_id=f"{GROUP_PREFIX}{group}" if group else str(source),
-            sender_id=str(source),
+            chat_id=f"{GROUP_PREFIX}{ident(group, 'groupId')}" if group else source,
+            sender_id=source,
             message_id=f"{source}:{timestamp}",
-            text=text,
+            text=said,
             is_group=group is not None,
             mentioned=mentioned,
-            sender_name=str(envelope.get("sourceName") or ""),
-            at=timestamp / 1000,
+            sender_name=text(envelope.get("sourceName"), "sourceName"),
+            at=int(timestamp) / 1000,
         )
         return inbound, files
 
     def _incoming(self, attachment: dict[str, Any]) -> Incoming:
         """A received attachment, read from the file signal-cli saved it in. Signal marks no
         voice notes in what signal-cli prints: any audio is taken as one."""
-        media_type = media_type_of(attachment.get("contentType"))
+        media_type = media_type_of(text(attachment.get("contentType"), "contentType"))
         size = attachment.get("size")
+        if size is not None:
+            size = int(number(size, "size"))
         return Incoming(
-            name=str(attachment.get("filename") or attachment["id"]),
+            name=text(attachment.get("filename"), "filename") or attachment["id"],
             media_type=media_type,
-            size=size if isinstance(size, int) else None,
+            size=size,
             fetch=functools.partial(
                 anyio.to_thread.run_sync, (self.attachments / attachment["id"]).read_bytes
             ),
@@ -323,6 +352,14 @@ def _data_dir(args: Sequence[str]) -> Path:
             return Path(arg.split("=", 1)[1]).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
     return Path(base) / "signal-cli"
+
+
+def _listed(data: dict[str, Any], key: str) -> list[Any]:
+    """A list a message carries (attachments, mentions): none when absent."""
+    found = data.get(key) or []
+    if not isinstance(found, list):
+        raise Unreadable(f"{key} is {type(found).__name__}, not a list")
+    return found
 
 
 def _plain_id(attachment: Any) -> bool:

@@ -21,6 +21,15 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake, media_type_of
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.transports.base import Throttled, describe, file_bytes, take_files
+from rousseau.transports.unreadable import (
+    Unreadable,
+    checked,
+    ident,
+    number,
+    optional_text,
+    refuse,
+    text,
+)
 
 try:
     import aiohttp
@@ -193,55 +202,85 @@ class SlackTransport:
     async def _on_event(
         self, event: dict[str, Any], handler: InboundHandler, *, mention_event: bool
     ) -> None:
-        if event.get("bot_id") or event.get("subtype") in _IGNORED_SUBTYPES:
-            return  # our own and other bots' messages, edits, deletes, channel noise
+        read = self._read(event, mention_event=mention_event)
+        if read is not None:
+            inbound, files = read
+            unavailable = (aiohttp.ClientError, TimeoutError, PermissionError)
+            await handler(await take_files(inbound, self.media, files, unavailable=unavailable))
+
+    def _read(self, event: Any, *, mention_event: bool) -> tuple[Inbound, list[Incoming]] | None:
+        """A message event as the router takes it, checked, with the files it shares; None
+        for one not to answer, or one that cannot be read (recorded as failed). Never
+        raises: bolt would only log it, and the message would be lost without a trace."""
+        try:
+            inbound = self._normalise(event, mention_event=mention_event)
+            if inbound is None:
+                return None
+            return checked(inbound), self._files(event.get("files") or [])
+        except Exception as exc:
+            where = event.get("ts") if isinstance(event, dict) else None
+            refuse(self, exc, message=where if isinstance(where, str) else None)
+            return None
+
+    def _normalise(self, event: dict[str, Any], *, mention_event: bool) -> Inbound | None:
+        subtype = optional_text(event.get("subtype"), "subtype")
+        if event.get("bot_id") or subtype in _IGNORED_SUBTYPES:
+            return None  # our own and other bots' messages, edits, deletes, channel noise
         user = event.get("user")
         if not user or user == self.bot_user_id:
-            return
-        channel, ts = str(event["channel"]), str(event["ts"])
-        text = str(event.get("text") or "")
+            return None
+        channel, ts = ident(event.get("channel"), "channel"), ident(event.get("ts"), "ts")
+        said = text(event.get("text"), "text")
         is_dm = event.get("channel_type") == "im" or channel.startswith("D")
         thread_ts = event.get("thread_ts")
+        thread_ts = ident(thread_ts, "thread_ts") if thread_ts else None
         handle = f"<@{self.bot_user_id}>"
-        mentioned = mention_event or handle in text
-        thread = str(thread_ts) if is_dm and thread_ts else None if is_dm else str(thread_ts or ts)
+        mentioned = mention_event or handle in said
+        thread = thread_ts if is_dm else thread_ts or ts
         in_our_thread = thread is not None and (channel, thread) in self._threads
-        inbound = Inbound(
+        return Inbound(
             transport=self.name,
             chat_id=channel,
-            sender_id=str(user),
+            sender_id=ident(user, "user"),
             message_id=f"{channel}:{ts}",
-            text=text.replace(handle, "").strip(),
+            text=said.replace(handle, "").strip(),
             is_group=not is_dm,
             mentioned=mentioned or in_our_thread,
             thread_id=thread,
-            at=float(ts),
+            at=number(float(ts), "ts"),
         )
-        await handler(await self._with_files(inbound, event.get("files") or []))
 
     def bind_media(self, media: MediaIntake) -> None:
         """Take shared files in (unbound, only the text)."""
         self.media = media
 
-    async def _with_files(self, inbound: Inbound, files: list[dict[str, Any]]) -> Inbound:
-        """The inbound with its shared files downloaded (`url_private`, with the bot token)
-        and stored (see take_files)."""
-        incoming = [
-            Incoming(
-                name=str(f.get("name") or f.get("title") or "file"),
-                media_type=str(f.get("mimetype") or ""),
-                size=int(f["size"]) if isinstance(f.get("size"), int) else None,
-                fetch=functools.partial(
-                    self._download, str(f.get("url_private_download") or f.get("url_private"))
-                ),
-                voice=media_type_of(f.get("mimetype")).startswith("audio/"),  # a clip made in Slack
-                duration=f["duration_ms"] / 1000 if isinstance(f.get("duration_ms"), int) else None,
+    def _files(self, files: Any) -> list[Incoming]:
+        """The shared files to download (`url_private`, with the bot token) and store (see
+        take_files), when files are taken in."""
+        if self.media is None:
+            return []
+        if not isinstance(files, list):
+            raise Unreadable(f"files is {type(files).__name__}, not a list")
+        incoming: list[Incoming] = []
+        for f in files:
+            if not isinstance(f, dict):
+                continue
+            url = f.get("url_private_download") or f.get("url_private")
+            if not url:
+                continue
+            media_type = text(f.get("mimetype"), "mimetype")
+            size, duration = f.get("size"), f.get("duration_ms")
+            incoming.append(
+                Incoming(
+                    name=text(f.get("name") or f.get("title"), "file name") or "file",
+                    media_type=media_type,
+                    size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                    fetch=functools.partial(self._download, ident(url, "file url")),
+                    voice=media_type_of(media_type).startswith("audio/"),  # a clip made in Slack
+                    duration=duration / 1000 if isinstance(duration, int) else None,
+                )
             )
-            for f in files
-            if isinstance(f, dict) and (f.get("url_private_download") or f.get("url_private"))
-        ]
-        unavailable = (aiohttp.ClientError, TimeoutError, PermissionError)
-        return await take_files(inbound, self.media, incoming, unavailable=unavailable)
+        return incoming
 
     async def _download(self, url: str) -> bytes:
         """A private file, with the bot token: only ever sent to Slack's own hosts (or the
@@ -261,26 +300,38 @@ class SlackTransport:
             return await response.read()
 
     async def _on_button(self, body: dict[str, Any], handler: InboundHandler) -> None:
-        """A pressed answer button: an ordinary message with its text, from whoever pressed."""
+        """A pressed answer button: an ordinary message with its text, from whoever pressed
+        (one that cannot be read is recorded as failed)."""
+        try:
+            inbound = self._pressed(body)
+        except Exception as exc:
+            refuse(self, exc, kind="block_actions")
+            return
+        if inbound is not None:
+            await handler(inbound)
+
+    def _pressed(self, body: dict[str, Any]) -> Inbound | None:
         action = (body.get("actions") or [{}])[0]
         user = (body.get("user") or {}).get("id")
         channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
             "channel_id"
         )
         if not user or not channel or not action.get("value"):
-            return
+            return None
+        channel = ident(channel, "channel")
         container = body.get("container") or {}
         thread = container.get("thread_ts")
-        await handler(
+        pressed = ident(action.get("action_ts") or body.get("trigger_id"), "action_ts")
+        return checked(
             Inbound(
                 transport=self.name,
-                chat_id=str(channel),
-                sender_id=str(user),
-                message_id=f"button:{channel}:{action.get('action_ts') or body.get('trigger_id')}",
-                text=str(action["value"]),
-                is_group=not str(channel).startswith("D"),
+                chat_id=channel,
+                sender_id=ident(user, "user"),
+                message_id=f"button:{channel}:{pressed}",
+                text=text(action["value"], "value"),
+                is_group=not channel.startswith("D"),
                 mentioned=True,
-                thread_id=str(thread) if thread else None,
+                thread_id=ident(thread, "thread_ts") if thread else None,
             )
         )
 

@@ -17,6 +17,7 @@ from anyio.abc import TaskStatus
 
 from rousseau.agent import ConfigError, TransportAuthError, TransportError
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.transports.unreadable import checked, ident, refuse, text
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -284,19 +285,35 @@ class SMSTransport:
         if not RequestValidator(self.auth_token).validate(url, form, signature):
             log.warning("sms.bad_signature", sender=form.get("From"))
             return web.Response(status=403, text="bad signature")
-        sender, text, sid = form.get("From", ""), form.get("Body", ""), form.get("MessageSid")
-        if sender and sid and text.strip():
-            await handler(
+        inbound = self._read(form)
+        if inbound is not None:
+            await handler(inbound)
+        # Twilio retries on errors; the answer is sent through the API, so the reply is empty.
+        # One that cannot be read is answered alike: sent again, it would fail again.
+        return web.Response(text="<Response/>", content_type="text/xml")
+
+    def _read(self, form: dict[str, Any]) -> Inbound | None:
+        """A posted message as the router takes it, checked; None for a post that is not
+        one, or one that cannot be read (recorded as failed). Never raises."""
+        try:
+            sender, sid = form.get("From"), form.get("MessageSid")
+            said = text(form.get("Body"), "Body").strip()
+            if not sender or not sid or not said:
+                return None
+            sender = ident(sender, "From")
+            return checked(
                 Inbound(
                     transport=self.name,
                     chat_id=sender,
                     sender_id=sender,
-                    message_id=sid,
-                    text=text.strip(),
+                    message_id=ident(sid, "MessageSid"),
+                    text=said,
                 )
             )
-        # Twilio retries on errors; the answer is sent through the API, so the reply is empty
-        return web.Response(text="<Response/>", content_type="text/xml")
+        except Exception as exc:
+            sid = form.get("MessageSid") if isinstance(form, dict) else None
+            refuse(self, exc, message=sid if isinstance(sid, str) else None)
+            return None
 
     async def send(self, message: Outbound) -> None:
         sid = await anyio.to_thread.run_sync(self.sender.send, message.chat_id, message.text)

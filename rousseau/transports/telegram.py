@@ -15,7 +15,7 @@ import hmac
 import json
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,6 +28,15 @@ from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram_http import AiohttpRequest
+from rousseau.transports.unreadable import (
+    Unreadable,
+    checked,
+    ident,
+    integer_id,
+    number,
+    refuse,
+    text,
+)
 
 # Time periods as timedelta (the SDK's coming default): without this, merely building a
 # RetryAfter error warns, and a flood wait surfaces as a warning instead of a wait.
@@ -211,20 +220,20 @@ class TelegramTransport:
             return web.Response(status=403)
         try:
             data = await request.json()
-            update_id = int(data["update_id"])
-        except (ValueError, KeyError, TypeError):
-            return web.Response(status=400)
-        try:
-            update = telegram.Update.de_json(data, self.bot)
-        except Exception:  # a malformed update is skipped, never retried forever
-            log.exception("telegram.bad_update", update=update_id)
+        except ValueError as exc:  # not JSON, or not UTF-8: posted again, it would fail again
+            refuse(self, exc, event="bad_update", update=None)
             return web.Response(text="skipped")
+        update_id = data.get("update_id") if isinstance(data, dict) else None
+        if not isinstance(update_id, int):
+            refuse(self, "no update_id", event="bad_update", update=None)
+            return web.Response(text="skipped")
+        update = self._parse(update_id, data)
         try:
-            await self._take(update_id, update, handler)
+            await self._take(self._read(update_id, update), handler)
         except Exception as exc:  # not persisted (stopping, or the store failed)
             log.info("telegram.webhook_retry", update=update_id, error=type(exc).__name__)
             return web.Response(status=503)
-        return web.Response(text="ok")
+        return web.Response(text="ok" if update is not None else "skipped")
 
     async def _poll(self, handler: InboundHandler) -> None:
         try:
@@ -249,13 +258,11 @@ class TelegramTransport:
         await self._take_all(updates, handler)
 
     async def _take_all(self, updates: list[tuple[int, Any]], handler: InboundHandler) -> None:
-        """A poll's updates, by chat (see take_by_chat). The offset passes an update only
-        once it and every update before it were taken."""
-        failed = await take_by_chat(
-            updates,
-            lambda taking: _chat_of(taking[1]),
-            lambda taking: self._take(*taking, handler),
-        )
+        """A poll's updates, read, then taken by chat (see take_by_chat). The offset passes
+        an update only once it and every update before it were taken; one that could not be
+        read is passed at once."""
+        read = [self._read(update_id, update) for update_id, update in updates]
+        failed = await take_by_chat(read, _chat_of, lambda taking: self._take(taking, handler))
         if failed:  # polled again from there
             first = min(failed)
             self._offset = updates[first][0]
@@ -263,41 +270,52 @@ class TelegramTransport:
         if updates:
             self._offset = updates[-1][0] + 1
 
-    async def _take(self, update_id: int, update: Any, handler: InboundHandler) -> None:
+    async def _take(self, read: _Read, handler: InboundHandler) -> None:
         """One update, polled or posted: its message handed over (with its files) and
         persisted, then a pressed button's spinner stopped; raises if it was not persisted
         (it must not be acknowledged)."""
-        inbound = self._inbound(update_id, update)
-        if inbound is not None:
-            inbound = await self._with_files(inbound, update)
+        if read.inbound is not None:
+            inbound = await self._with_files(read.inbound, read.files)
             await handler(inbound)  # persisted: now it may be acknowledged
-        if update is not None and update.callback_query is not None:
-            await self._answered(update.callback_query)
+        if read.update is not None and read.update.callback_query is not None:
+            await self._answered(read.update.callback_query)
 
     def _parse_each(self) -> list[tuple[int, Any]]:
         """The last batch, each update parsed on its own; one that cannot be is kept as None
-        (logged and skipped), so it cannot block the ones behind it forever."""
+        (recorded and skipped), so it cannot block the ones behind it forever."""
         raw = json.loads(self._requests[1].last_payload or b"{}").get("result") or []
         out: list[tuple[int, Any]] = []
         for item in raw:
             update_id = item.get("update_id") if isinstance(item, dict) else None
-            if not isinstance(update_id, int):
-                continue
-            try:
-                out.append((update_id, telegram.Update.de_json(item, self.bot)))
-            except Exception:
-                log.exception("telegram.bad_update", update=update_id)
-                out.append((update_id, None))
+            if isinstance(update_id, int):
+                out.append((update_id, self._parse(update_id, item)))
+            else:  # nothing to acknowledge it by: the next update's offset passes it
+                refuse(self, "no update_id", event="bad_update", update=None)
         return out
 
-    def _inbound(self, update_id: int, update: Any) -> Inbound | None:
-        if update is None:
-            return None
+    def _parse(self, update_id: int, item: dict[str, Any]) -> Any:
+        """An update as the SDK parses it; None (recorded as failed) when it cannot."""
         try:
-            return self._normalise(update)
-        except Exception:  # a malformed event is skipped, never retried forever
-            log.exception("telegram.bad_update", update=update_id)
+            return telegram.Update.de_json(item, self.bot)
+        except Exception as exc:  # a malformed update is skipped, never retried forever
+            refuse(self, exc, event="bad_update", update=update_id)
             return None
+
+    def _read(self, update_id: int, update: Any) -> _Read:
+        """What an update brings: its message (checked) and the files it carries. One that
+        cannot be read is recorded as failed and brings nothing; this never raises."""
+        if update is None:
+            return _Read(update_id=update_id, update=None)
+        try:
+            inbound = self._normalise(update)
+            if inbound is None:
+                return _Read(update_id=update_id, update=update)
+            message = update.message
+            files = _files(message) if message is not None and self.media is not None else []
+            return _Read(update_id=update_id, update=update, inbound=checked(inbound), files=files)
+        except Exception as exc:  # a malformed update is skipped, never retried forever
+            refuse(self, exc, event="bad_update", update=update_id)
+            return _Read(update_id=update_id, update=None)
 
     async def _answered(self, query: Any) -> None:
         """Stop the pressed button's spinner (best effort: the press is already taken)."""
@@ -314,10 +332,10 @@ class TelegramTransport:
             return None
         return Inbound(
             transport=self.name,
-            chat_id=str(message.chat.id),
-            sender_id=str(query.from_user.id),
-            message_id=f"button:{query.id}",
-            text=str(query.data),
+            chat_id=integer_id(message.chat.id, "chat id"),
+            sender_id=integer_id(query.from_user.id, "sender id"),
+            message_id=f"button:{ident(query.id, 'query id')}",
+            text=text(query.data, "button data"),
             is_group=message.chat.type in _GROUPS,
             mentioned=True,
             sender_name=query.from_user.full_name or "",
@@ -346,43 +364,41 @@ class TelegramTransport:
         message = update.message
         if message is None or message.from_user is None or message.from_user.is_bot:
             return None  # edits, channel posts, our own and other bots' messages
-        text = message.text or message.caption or ""
-        if not text and not (self.media is not None and _files(message)):
+        said = text(message.text, "text") or text(message.caption, "caption")
+        if not said and not (self.media is not None and _files(message)):
             return None
         chat = message.chat
-        is_group = chat.type in _GROUPS
-        text, mentioned = self._mentions(message, text)
+        chat_id = integer_id(chat.id, "chat id")
+        said, mentioned = self._mentions(message, said)
         thread = message.message_thread_id if getattr(message, "is_topic_message", False) else None
         return Inbound(
             transport=self.name,
-            chat_id=str(chat.id),
-            sender_id=str(message.from_user.id),
-            message_id=f"{chat.id}:{message.message_id}",
-            text=text,
-            is_group=is_group,
+            chat_id=chat_id,
+            sender_id=integer_id(message.from_user.id, "sender id"),
+            message_id=f"{chat_id}:{integer_id(message.message_id, 'message id')}",
+            text=said,
+            is_group=chat.type in _GROUPS,
             mentioned=mentioned,
-            thread_id=str(thread) if thread is not None else None,
+            thread_id=integer_id(thread, "thread id") if thread is not None else None,
             sender_name=message.from_user.full_name or "",
             at=message.date.timestamp() if message.date else 0.0,
         )
 
-    async def _with_files(self, inbound: Inbound, update: Any) -> Inbound:
+    async def _with_files(self, inbound: Inbound, files: list[_File]) -> Inbound:
         """The inbound with its files downloaded and stored (see take_files), before the
         update is acknowledged, so a crash fetches them again. A file the Bot API will not
         give (gone, or past its 20 MB download limit) is noted; a network failure leaves
         the update to be polled again."""
-        message = update.message
-        voice = message.voice if message is not None else None
         incoming = [
             Incoming(
-                name=name,
-                media_type=media_type,
-                size=size,
-                fetch=functools.partial(self._download, file_id),
-                voice=voice is not None and file_id == voice.file_id,
-                duration=_seconds_of(voice.duration) if voice is not None else None,
+                name=f.name,
+                media_type=f.media_type,
+                size=f.size,
+                fetch=functools.partial(self._download, f.file_id),
+                voice=f.voice is not None,
+                duration=f.voice,
             )
-            for file_id, name, media_type, size in (_files(message) if message else [])
+            for f in files
         ]
         try:
             return await take_files(inbound, self.media, incoming, unavailable=(BadRequest,))
@@ -579,32 +595,72 @@ class TelegramTransport:
             await request.shutdown()
 
 
-def _files(message: Any) -> list[tuple[str, str, str, int | None]]:
-    """(file id, name, media type, size) of each file a message carries: the largest size
-    of a photo, a document, a voice note or an audio file."""
-    n = message.message_id
-    found: list[tuple[str, str, str, int | None]] = []
+@dataclass(kw_only=True, slots=True, frozen=True)
+class _File:
+    """A file a message carries, as the update describes it (checked), not downloaded."""
+
+    file_id: str
+    name: str
+    media_type: str
+    size: int | None
+    """As Telegram reports it (None if it does not)."""
+    voice: float | None = None
+    """A voice note's length in seconds; None for any other file."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class _Read:
+    """An update as the adapter read it, before it is taken."""
+
+    update_id: int
+    update: Any
+    """The SDK's Update; None when it could not be parsed or read (recorded as failed)."""
+    inbound: Inbound | None = None
+    """Its message, checked; None for an update that brings none (an edit, a bot's)."""
+    files: list[_File] = field(default_factory=list)
+    """The files its message carries, when files are taken in."""
+
+
+def _files(message: Any) -> list[_File]:
+    """Each file a message carries: the largest size of a photo, a document, a voice note
+    or an audio file (Unreadable if one is described with fields of the wrong type)."""
+    n = integer_id(message.message_id, "message id")
+    found: list[_File] = []
     if message.photo:
         largest = message.photo[-1]
-        found.append((largest.file_id, f"photo_{n}.jpg", "image/jpeg", largest.file_size))
+        found.append(_file(largest, f"photo_{n}.jpg", "image/jpeg"))
     if message.document is not None:
         d = message.document
-        found.append((d.file_id, d.file_name or f"file_{n}", d.mime_type or "", d.file_size))
+        found.append(_file(d, text(d.file_name, "file name") or f"file_{n}", d.mime_type))
     if message.voice is not None:
         v = message.voice
-        found.append((v.file_id, f"voice_{n}.ogg", v.mime_type or "audio/ogg", v.file_size))
+        seconds = _seconds_of(v.duration)
+        found.append(_file(v, f"voice_{n}.ogg", v.mime_type or "audio/ogg", voice=seconds))
     if message.audio is not None:
         a = message.audio
-        name = a.file_name or f"audio_{n}"
-        found.append((a.file_id, name, a.mime_type or "audio/mpeg", a.file_size))
+        name = text(a.file_name, "file name") or f"audio_{n}"
+        found.append(_file(a, name, a.mime_type or "audio/mpeg"))
     return found
+
+
+def _file(described: Any, name: str, media_type: Any, *, voice: float | None = None) -> _File:
+    size = described.file_size
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
+        raise Unreadable(f"file size is {type(size).__name__}, not an integer")
+    return _File(
+        file_id=ident(described.file_id, "file id"),
+        name=name,
+        media_type=text(media_type, "media type"),
+        size=size,
+        voice=voice,
+    )
 
 
 def _seconds_of(duration: Any) -> float:
     """A voice note's length: the SDK gives a timedelta (or, in older versions, seconds)."""
     if isinstance(duration, datetime.timedelta):
         return duration.total_seconds()
-    return float(duration or 0)
+    return number(duration or 0, "voice note length")
 
 
 def _seconds(exc: RetryAfter) -> float:
@@ -625,14 +681,9 @@ def _index(text: str, units: int) -> int:
     return index
 
 
-def _chat_of(update: Any) -> int | None:
-    """The chat an update belongs to (None for one of no chat, or unparsed)."""
-    if update is None:
-        return None
-    chat = update.effective_chat
-    if chat is not None:
-        return int(chat.id)
-    return _stopped_chat(update.api_kwargs.get(_STOPPED))
+def _chat_of(read: _Read) -> str | None:
+    """The chat an update's message belongs to (None for one that brings no message)."""
+    return read.inbound.chat_id if read.inbound is not None else None
 
 
 def _stopped_chat(stopped: Any) -> int | None:

@@ -20,10 +20,11 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.agent import MissingExtraError, StoreError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_files
+from rousseau.transports.unreadable import checked, refuse
 
 try:
     from neonize.aioze.events import ConnectedEv, DisconnectedEv, LoggedOutEv, MessageEv
@@ -176,13 +177,26 @@ class WhatsAppTransport:
             self._connected = False
             self._failure = TransportError("whatsapp: disconnected")
         elif isinstance(event, MessageEv) and self._handler is not None:
-            inbound = await self._normalise(event)
-            if inbound is not None:
-                files = self._files(event.Message)
+            read = await self._read(event)
+            if read is not None:
+                inbound, files = read
                 inbound = await take_files(inbound, self.media, files, unavailable=(_Gone,))
                 await self._handler(inbound)
             return
         self._signal()
+
+    async def _read(self, event: Any) -> tuple[Inbound, list[Incoming]] | None:
+        """A message as the router takes it, checked, with its file; None for one not to
+        answer, or one that cannot be read (recorded as failed). Raises only when the store
+        (where a sender's phone number is learned) failed: that is not the event's fault."""
+        try:
+            inbound = await self._normalise(event)
+            return None if inbound is None else (checked(inbound), self._files(event.Message))
+        except StoreError:
+            raise
+        except Exception as exc:
+            refuse(self, exc, message=str(getattr(getattr(event, "Info", None), "ID", "")))
+            return None
 
     async def _phone(self, jid: Any, alt: Any = None) -> str:
         """The phone-number user part of a sender, mapping a LID through what was learned."""

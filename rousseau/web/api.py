@@ -102,11 +102,11 @@ def _last_user_text(messages: Any) -> str | None:
                 return content
             if isinstance(content, list):  # content parts: their text
                 texts = [
-                    p.get("text", "")
+                    p.get("text")
                     for p in content
                     if isinstance(p, dict) and p.get("type") == "text"
                 ]
-                return "\n".join(t for t in texts if t)
+                return "\n".join(t for t in texts if isinstance(t, str) and t)
             return None
     return None
 

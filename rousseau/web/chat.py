@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import anyio
@@ -29,6 +29,7 @@ from rousseau.messages import (
     Outbound,
 )
 from rousseau.transports.base import take_files
+from rousseau.transports.unreadable import checked, repaired
 
 log = structlog.get_logger("rousseau.web")
 
@@ -108,19 +109,24 @@ class WebChat:
     ) -> str:
         """A message typed by `sender_id` in `chat_id` (with any uploaded `files`, stored
         or refused under the media limits), handed to the router; its id once it is
-        persisted. Raises RuntimeError while the transport is not running."""
+        persisted. Its text is checked as every transport checks it (a lone surrogate in
+        what a client posted is shown as U+FFFD). Raises RuntimeError while the transport
+        is not running."""
         if self._handler is None:
             raise RuntimeError(f"{self.name}: not running")
         message_id = secrets.token_hex(8)
-        inbound = Inbound(
-            transport=self.name,
-            chat_id=chat_id,
-            sender_id=sender_id,
-            message_id=message_id,
-            text=text,
-            sender_name=sender_id,
-            agent=agent,
+        inbound = checked(
+            Inbound(
+                transport=self.name,
+                chat_id=chat_id,
+                sender_id=sender_id,
+                message_id=message_id,
+                text=text,
+                sender_name=sender_id,
+                agent=agent,
+            )
         )
+        files = [replace(f, name=repaired(f.name)) for f in files]
         await self._handler(await take_files(inbound, self._media, files))
         return message_id
 

@@ -161,7 +161,14 @@ class FakeDiscord(AioServer):
             voice_seconds=voice_seconds,
         )
 
-    def message(
+    def message(self, text: str, **made: Any) -> dict[str, Any]:
+        """Dispatch a MESSAGE_CREATE as Discord would (see `message_data`); returns the
+        message (to send it again)."""
+        data = self.message_data(text, **made)
+        self.dispatch("MESSAGE_CREATE", data)
+        return data
+
+    def message_data(
         self,
         text: str,
         *,
@@ -175,9 +182,10 @@ class FakeDiscord(AioServer):
         files: list[tuple[str, bytes, str]] | None = None,
         voice_seconds: float = 0,
     ) -> dict[str, Any]:
-        """Dispatch a MESSAGE_CREATE as Discord would; returns the message (to send it again).
-        `files` = [(file name, bytes, content type)] become attachments on the fake CDN;
-        with `voice_seconds` the message is a voice message (its flag, its duration)."""
+        """A MESSAGE_CREATE's message as Discord would send it, not dispatched (a test may
+        spoil it first). `files` = [(file name, bytes, content type)] become attachments on
+        the fake CDN; with `voice_seconds` the message is a voice message (its flag, its
+        duration)."""
         content = (
             f"<@{BOT_ID}> {text}" if mention_bot else ("@everyone " + text if everyone else text)
         )
@@ -223,7 +231,6 @@ class FakeDiscord(AioServer):
             earlier.pop("member", None)
             data["referenced_message"] = earlier
             data["message_reference"] = {"message_id": earlier["id"], "channel_id": channel_id}
-        self.dispatch("MESSAGE_CREATE", data)
         return data
 
     def press(self, sent: SentMessage, label: str, *, user_id: str = OWNER_ID) -> str:

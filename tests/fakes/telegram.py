@@ -160,7 +160,14 @@ class FakeTelegram:
 
     # -- what tests do ---------------------------------------------------------------------
 
-    def push(
+    def push(self, text: str, **made: Any) -> dict[str, Any]:
+        """Queue an update as Telegram would deliver it (see `update`); returns it (push it
+        again to double)."""
+        update = self.update(text, **made)
+        self.deliver(update)
+        return update
+
+    def update(
         self,
         text: str,
         *,
@@ -176,7 +183,7 @@ class FakeTelegram:
         message_id: int | None = None,
         attach: tuple[str, bytes, str, str] | None = None,
     ) -> dict[str, Any]:
-        """Queue an update as Telegram would deliver it; returns it (push it again to double).
+        """An update as Telegram would deliver it, not queued (a test may spoil it first).
 
         `mention` names the bot before `text`, after `prefix`; `caption` sends a photo with the
         text as its caption. `attach` = (photo | document | voice | audio, bytes, file name,
@@ -242,9 +249,7 @@ class FakeTelegram:
                 },
                 "text": "earlier answer",
             }
-        update = {"update_id": update_id or next(self._update_ids), "message": message}
-        self.deliver(update)
-        return update
+        return {"update_id": update_id or next(self._update_ids), "message": message}
 
     def press(self, sent: Sent, label: str, *, user_id: int = 42) -> dict[str, Any]:
         """Press one of the inline buttons under a message the bot sent."""
