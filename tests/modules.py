@@ -20,6 +20,7 @@ SHARED = {
     "rousseau.transports.base",
     "rousseau.transports.abilities",
     "rousseau.transports.split",
+    "rousseau.transports.unreadable",
     "rousseau.providers",
     "rousseau.providers.errors",
     "rousseau.providers.fallback",

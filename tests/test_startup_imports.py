@@ -49,6 +49,7 @@ OURS = {
     "rousseau.tools.write", "rousseau.transports",
     "rousseau.transports.abilities", "rousseau.transports.base",
     "rousseau.transports.split", "rousseau.transports.telegram",
+    "rousseau.transports.unreadable",
     "rousseau.transports.telegram_http", "rousseau.web", "rousseau.web.face",
 }  # fmt: skip
 NOT_YET = {

@@ -369,9 +369,8 @@ class Router:
             self._dispatch(_Item(inbound, replay=True))
 
     async def wait_idle(self) -> None:
-        """Return once no session queue holds a message: every message taken in for a turn
-        (or a command in the session's order) is answered, or given up on (its reply queued,
-        not necessarily sent). At once if none does."""
+        """Return (at once if none does) once no session queue holds a message: each one taken
+        in for a turn or a command is answered or given up on, its reply queued."""
         while self._queues:
             await self._idle.wait()
 
