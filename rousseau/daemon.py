@@ -48,7 +48,7 @@ FIRST_SWEEP = 30.0
 BLOB_GRACE = 3600.0
 """Seconds a stored file is kept before the sweep may delete it unused (a file stored for a
 message is recorded with it within moments)."""
-Listeners = dict[str, MultiListener[SocketStream]]  # the health and web servers', by key
+Listeners = dict[str, MultiListener[SocketStream]]  # the HTTP servers', by key
 PUBLISH_EVERY = 2.0
 """How often the transports' state is looked at for `rousseau status` (written on change)."""
 
@@ -87,7 +87,7 @@ class Daemon:
     async def run(self) -> int:
         config = self.config
         # First of all: a second daemon on this database leaves before it touches anything;
-        # next the health port, which, taken or not this machine's, is a config error to
+        # next the servers' ports, which, taken or not this machine's, are a config error to
         # name before anything starts.
         if config.web is not None:
             web.check_installed()
@@ -96,10 +96,9 @@ class Daemon:
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(lock.release)
             listeners: Listeners = {}
-            for key, section in (("health", config.health), ("web", config.web)):
-                if section is not None:
-                    listener = await web.listen(section, key)
-                    listeners[key] = await stack.enter_async_context(listener)
+            for key, address in web.servers(config, self.transports).items():
+                listener = await web.listen(address, key)
+                listeners[key] = await stack.enter_async_context(listener)
             started = stack.enter_context(startup_objects_frozen())
             async with anyio.create_task_group() as probes:
                 probes.start_soon(self.lag.run)
@@ -165,8 +164,8 @@ class Daemon:
                 tg.start_soon(self._serve_transport, transport, parts)
             tg.start_soon(self._sweep, router)
             for key, listener in listeners.items():
-                face = parts.face(key, health=self.transport_states, errors=self.errors, tg=tg)
-                tg.start_soon(web.serve, face, listener)
+                serve = parts.server(key, health=self.transport_states, errors=self.errors, tg=tg)
+                tg.start_soon(serve, listener)
             watchdog(tg)
             sd_notify("READY=1")
             log.info("daemon.ready")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,8 @@ from rousseau.transports.base import Transport
 from rousseau.transports.unreadable import count_refused
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
+    from anyio.abc import SocketStream, TaskGroup
+    from anyio.streams.stapled import MultiListener
 
 log = structlog.get_logger("rousseau.daemon")
 
@@ -88,18 +89,23 @@ class Parts:
         the block runs."""
         return mcp_tools(self.config.mcp_servers, Shared(self.registries))
 
-    def face(
+    def server(
         self,
         key: str,
         *,
         health: Callable[[], dict[str, dict[str, Any]]],
         errors: Mapping[str, str],
         tg: TaskGroup,
-    ) -> web.Face:
-        """What the server of `key` shows: /healthz and /metrics alone ("health"), or the
-        whole web face of `web:` ("web"). `health` and `errors` are the daemon's view of the
+    ) -> Callable[[MultiListener[SocketStream]], Coroutine[Any, Any, None]]:
+        """What the server of `key` (one of web.servers) serves on its listener: /healthz
+        and /metrics alone ("health"), the whole web face of `web:` ("web"), or the posts
+        of a transport's webhook alone (an address of their own); the first two with the
+        posts taken at their address. `health` and `errors` are the daemon's view of the
         transports; `tg` runs what outlives a request."""
-        return web.face(
+        posts = web.posts_at(web.servers(self.config, self.transports)[key], self.transports)
+        if key not in ("health", "web"):
+            return functools.partial(web.serve_posts, posts)
+        face = web.face(
             self.config if key == "web" else None,
             health=health,
             metrics=self.metrics,
@@ -109,7 +115,9 @@ class Parts:
             scheduler=self.scheduler,
             backend=self.backend,
             tg=tg,
+            posts=posts,
         )
+        return functools.partial(web.serve, face)
 
 
 async def assemble(

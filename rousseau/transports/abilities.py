@@ -8,6 +8,7 @@ costs a hundred times a plain attribute look-up).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -19,12 +20,14 @@ __all__ = [
     "Abilities",
     "Drafts",
     "Edits",
+    "Posts",
     "RawPreviews",
     "Reacts",
     "RepliesStay",
     "SendsFiles",
     "SharesConnections",
     "TakesFiles",
+    "TakesPosts",
 ]
 
 
@@ -102,6 +105,30 @@ class RawPreviews(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Posts:
+    """Where a transport's platform posts its updates (a webhook), and how a post is answered:
+    the daemon serves the route on the web face's server when `listen` is that server's
+    address, else on a server of the same kind serving it alone."""
+
+    transport: str
+    """The transport's name (its config key names the address in errors)."""
+    listen: str
+    """The host:port taking the posts."""
+    path: str
+    """The route's path."""
+    take: Callable[[Mapping[str, str], bytes], Awaitable[tuple[int, str]]]
+    """Answer one post, given its headers (looked up case-insensitively) and body: the
+    status and text of the answer."""
+
+
+@runtime_checkable
+class TakesPosts(Protocol):
+    """A transport whose platform posts updates to the daemon, when `posts` is set."""
+
+    posts: Posts | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Abilities:
     """One transport's optional abilities, looked up once (see the module's docstring)."""
 
@@ -118,6 +145,8 @@ class Abilities:
     shares_connections: bool = False
     replies_stay: bool = False
     raw_previews: bool = False
+    posts: Posts | None = None
+    """Where its platform posts updates, if it does."""
 
     @classmethod
     def of(cls, transport: object) -> Abilities:
@@ -131,4 +160,5 @@ class Abilities:
             and transport.shares_connections,
             replies_stay=isinstance(transport, RepliesStay) and transport.replies_stay,
             raw_previews=isinstance(transport, RawPreviews) and transport.raw_previews,
+            posts=transport.posts if isinstance(transport, TakesPosts) else None,
         )

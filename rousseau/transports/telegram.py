@@ -15,8 +15,10 @@ import hmac
 import json
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
@@ -25,6 +27,7 @@ from anyio.abc import TaskStatus
 from rousseau.agent import Attachment, MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
+from rousseau.transports.abilities import Posts
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram_http import AiohttpRequest
@@ -47,9 +50,6 @@ try:
     from telegram.error import BadRequest, InvalidToken, RetryAfter, TelegramError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("the telegram transport", "telegram") from exc
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 log = structlog.get_logger("rousseau.telegram")
 
@@ -123,8 +123,18 @@ class TelegramTransport:
         if webhook is not None:  # the same on every daemon of a cluster, unless one is set
             made = hashlib.sha256(f"rousseau-webhook:{token}".encode()).hexdigest()[:48]
             self._secret = webhook.secret or made
-        self.port: int | None = None
-        """The port the webhook listens on (once running)."""
+        self.posts = (
+            Posts(
+                transport=self.name,
+                listen=webhook.listen,
+                path=urlsplit(webhook.url).path or "/",
+                take=self._take_post,
+            )
+            if webhook is not None
+            else None
+        )
+        """Where the daemon takes Telegram's posts, with a webhook."""
+        self._handler: InboundHandler | None = None
 
     @property
     def connected(self) -> bool:
@@ -149,91 +159,58 @@ class TelegramTransport:
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        runner = None
         try:
-            await self.bot.initialize()
-            self._me = self.bot.bot
-            if self.webhook is None:
-                await self.bot.delete_webhook()
-            else:
-                runner = await self._serve(handler)
-                await self.bot.set_webhook(
-                    self.webhook.url, secret_token=self._secret, allowed_updates=_UPDATES
-                )
-        except TelegramError as exc:
-            if runner is not None:
-                await runner.cleanup()
-            raise self._failed("cannot reach the Bot API", exc) from exc
-        self._connected = True
-        log.info("telegram.connected", bot=self._me.username, webhook=self.webhook is not None)
-        task_status.started()
-        try:
+            try:
+                await self.bot.initialize()
+                self._me = self.bot.bot
+                self._handler = handler  # posts are taken from here on (see _take_post)
+                if self.webhook is None:
+                    await self.bot.delete_webhook()
+                else:
+                    await self.bot.set_webhook(
+                        self.webhook.url, secret_token=self._secret, allowed_updates=_UPDATES
+                    )
+            except TelegramError as exc:
+                raise self._failed("cannot reach the Bot API", exc) from exc
+            self._connected = True
+            log.info("telegram.connected", bot=self._me.username, webhook=self.webhook is not None)
+            task_status.started()
             with anyio.CancelScope() as self._scope:
-                while runner is None:
+                while self.webhook is None:
                     await self._poll(handler)
-                await anyio.sleep_forever()  # the webhook's server takes the updates
+                await anyio.sleep_forever()  # the daemon's server takes the posts
         finally:
             self._connected = False
             self._scope = None
-            if runner is not None:
-                with anyio.CancelScope(shield=True):
-                    await runner.cleanup()
+            self._handler = None
 
-    async def _serve(self, handler: InboundHandler) -> web.AppRunner:
-        """The webhook's server: one POST route, the path of the webhook's URL."""
-        from urllib.parse import urlsplit
-
-        from aiohttp import web
-
-        assert self.webhook is not None
-
-        async def receive(request: web.Request) -> web.Response:
-            return await self._receive(request, handler)
-
-        app = web.Application(client_max_size=1024 * 1024)
-        app.router.add_post(urlsplit(self.webhook.url).path or "/", receive)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        host, _, port = self.webhook.listen.rpartition(":")
-        site = web.TCPSite(runner, host or "127.0.0.1", int(port))
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise TransportError(
-                f"telegram.webhook.listen: cannot listen on {self.webhook.listen}: {exc}"
-            ) from exc
-        server = site._server
-        if server is not None and server.sockets:  # type: ignore[attr-defined]
-            self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
-        return runner
-
-    async def _receive(self, request: web.Request, handler: InboundHandler) -> web.Response:
+    async def _take_post(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
         """One posted update: 200 once it is persisted (or is one to skip); an error status
         otherwise, so that Telegram posts it again (to this daemon or, behind a balancer,
         another)."""
-        from aiohttp import web
-
-        given = request.headers.get(_SECRET_HEADER, "")
+        given = headers.get(_SECRET_HEADER, "")
         if not hmac.compare_digest(given.encode(), self._secret.encode()):
             log.warning("telegram.webhook_refused", reason="wrong secret token")
-            return web.Response(status=403)
+            return 403, ""
+        handler = self._handler
+        if handler is None:  # not running (yet, or any more): posted again later
+            return 503, ""
         try:
-            data = await request.json()
+            data = json.loads(body)
         except ValueError as exc:  # not JSON, or not UTF-8: posted again, it would fail again
             refuse(self, exc, event="bad_update", update=None)
-            return web.Response(text="skipped")
+            return 200, "skipped"
         update_id = data.get("update_id") if isinstance(data, dict) else None
         if not isinstance(update_id, int):
             refuse(self, "no update_id", event="bad_update", update=None)
-            return web.Response(text="skipped")
+            return 200, "skipped"
         update = self._parse(update_id, data)
         try:
             await self._take(self._read(update_id, update), handler)
         except Exception as exc:  # not persisted (stopping, or the store failed)
             log.info("telegram.webhook_retry", update=update_id, error=type(exc).__name__)
-            return web.Response(status=503)
-        return web.Response(text="ok" if update is not None else "skipped")
+            return 503, ""
+        return 200, "ok" if update is not None else "skipped"
 
     async def _poll(self, handler: InboundHandler) -> None:
         try:

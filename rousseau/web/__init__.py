@@ -1,6 +1,7 @@
 """The web face: one ASGI app (Starlette, served by uvicorn in the daemon's task group)
 with /healthz and /metrics, and where `web:` is set the owner's dashboard, the web chat and
-the OpenAI-compatible API.
+the OpenAI-compatible API; the routes taking the posts of a transport's webhook join the
+server of their address (or a server of the same kind, at an address of their own).
 
 This module stays light (the daemon imports it at start); the framework is imported on a
 thread when the server starts, while the transports connect.
@@ -9,6 +10,7 @@ thread when the server starts, while the transports connect.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import anyio
@@ -16,13 +18,14 @@ import structlog
 from anyio.abc import SocketAttribute
 
 from rousseau.streaming import StreamSettings
+from rousseau.transports.abilities import Abilities, Posts
 from rousseau.web.face import Face, face
 
 if TYPE_CHECKING:
     from anyio.abc import SocketStream
     from anyio.streams.stapled import MultiListener
 
-    from rousseau.config import HealthConfig
+    from rousseau.config import Config
 
 __all__ = [
     "CHOOSE_AGENT",
@@ -30,10 +33,14 @@ __all__ = [
     "HEALTH_CONNECTIONS",
     "STREAMING",
     "Face",
+    "address",
     "check_installed",
     "face",
     "listen",
+    "posts_at",
     "serve",
+    "serve_posts",
+    "servers",
 ]
 
 _log = structlog.get_logger("rousseau.web")
@@ -63,19 +70,56 @@ def check_installed() -> None:
             raise MissingExtraError("the web face (web:)", "web")
 
 
-async def listen(section: HealthConfig, key: str) -> MultiListener[SocketStream]:
-    """The bound listener of `section` (`health` or `web`), before anything starts: an
-    address taken, or not this machine's, is a config error naming `key`.listen."""
+def servers(config: Config, transports: Mapping[str, object]) -> dict[str, str]:
+    """The HTTP servers the daemon runs, by the config key of their address (host:port):
+    health's, the web face's, and one for each address that transports take posts at and
+    neither has (a server of the same kind, serving those posts alone)."""
+    found = {
+        key: section.listen
+        for key, section in (("health", config.health), ("web", config.web))
+        if section is not None
+    }
+    for each in _posts(transports):
+        at = address(each.listen, f"{each.transport}.webhook")
+        if all(address(listen, key) != at for key, listen in found.items()):
+            found[f"{each.transport}.webhook"] = each.listen
+    return found
+
+
+def posts_at(listen: str, transports: Mapping[str, object]) -> list[Posts]:
+    """The posts that the server of `listen` takes."""
+    here = address(listen, "")
+    return [p for p in _posts(transports) if address(p.listen, p.transport) == here]
+
+
+def address(listen: str, key: str) -> tuple[str, int]:
+    """The host to bind (an IPv6 host without its brackets; 127.0.0.1 when left empty) and
+    the port of `listen`; a config error naming `key`.listen if it is not host:port."""
     from rousseau.agent import ConfigError
 
-    host, port = section.address
+    host, colon, port = listen.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{key}.listen: {listen!r} is not host:port (e.g. 127.0.0.1:8443)")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def listen(listen: str, key: str) -> MultiListener[SocketStream]:
+    """The bound listener of the server at `listen`, before anything starts: an address
+    taken, or not this machine's, is a config error naming `key`.listen."""
+    from rousseau.agent import ConfigError
+
+    host, port = address(listen, key)
     try:
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     except OSError as exc:  # taken, or an address this machine does not have
         reason = exc.strerror or str(exc)
-        raise ConfigError(f"{key}.listen: cannot listen on {section.listen}: {reason}") from None
-    _log.info(f"daemon.{key}", listen=section.listen)
+        raise ConfigError(f"{key}.listen: cannot listen on {listen}: {reason}") from None
+    _log.info(f"daemon.{key}", listen=listen)
     return listener
+
+
+def _posts(transports: Mapping[str, object]) -> list[Posts]:
+    return [p for t in transports.values() if (p := Abilities.of(t).posts) is not None]
 
 
 def _framework() -> None:
@@ -90,5 +134,17 @@ async def serve(face: Face, listener: MultiListener[SocketStream]) -> None:
     from rousseau.web.server import serve as serve_app
 
     sockets = [one.extra(SocketAttribute.raw_socket) for one in listener.listeners]
-    connections = CONNECTIONS if face.config is not None else HEALTH_CONNECTIONS
+    alone = face.config is None and not face.posts  # health alone
+    connections = HEALTH_CONNECTIONS if alone else CONNECTIONS
     await serve_app(build(face), sockets, connections=connections)
+
+
+async def serve_posts(posts: list[Posts], listener: MultiListener[SocketStream]) -> None:
+    """Serve `posts` alone (their own address) on the bound `listener` until cancelled,
+    with the web face's limits."""
+    await anyio.to_thread.run_sync(_framework)
+    from rousseau.web.app import posts_app
+    from rousseau.web.server import serve as serve_app
+
+    sockets = [one.extra(SocketAttribute.raw_socket) for one in listener.listeners]
+    await serve_app(posts_app(posts), sockets, connections=CONNECTIONS)

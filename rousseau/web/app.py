@@ -21,6 +21,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rousseau.transports.abilities import Posts
+from rousseau.web import posts
 from rousseau.web.face import Face
 
 log = structlog.get_logger("rousseau.web")
@@ -51,8 +53,10 @@ async def metrics(request: Request) -> Response:
 
 
 def build(face: Face) -> Starlette:
-    """The app: health alone, or (with `face.config`) the whole web face."""
+    """The app: health alone, or (with `face.config`) the whole web face; either with the
+    routes of the posts taken at its address."""
     routes: list[Any] = [
+        *posts.routes(face.posts),
         Route("/healthz", healthz),
         Route("/metrics", metrics),
     ]
@@ -68,6 +72,14 @@ def build(face: Face) -> Starlette:
         from rousseau.web.dashboard import templates
 
         app.state.templates = templates()
+    app.add_middleware(SecurityHeaders)
+    app.exception_handlers[404] = _not_found
+    return app
+
+
+def posts_app(taken: list[Posts]) -> Starlette:
+    """The app of a server taking posts alone (an address of their own)."""
+    app = Starlette(routes=posts.routes(taken))
     app.add_middleware(SecurityHeaders)
     app.exception_handlers[404] = _not_found
     return app

@@ -3,7 +3,7 @@ imported here: the daemon builds it on the event loop)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rousseau.cron import Scheduler
     from rousseau.metrics import Metrics
     from rousseau.state.backend import Backend
+    from rousseau.transports.abilities import Posts
     from rousseau.transports.base import Transport
     from rousseau.web.api import Conversations
     from rousseau.web.auth import Logins
@@ -50,6 +51,8 @@ class Face:
     """The OpenAI-compatible API's turn locks (made by `build`)."""
     background: Callable[[Callable[[], Awaitable[object]]], None] | None = None
     """Start work that outlives the request (a cron run started from the dashboard)."""
+    posts: list[Posts] = field(default_factory=list)
+    """The transports' posts taken at this server's address (Telegram's webhook)."""
 
 
 def face(
@@ -63,12 +66,13 @@ def face(
     scheduler: Scheduler,
     backend: Backend,
     tg: TaskGroup,
+    posts: Sequence[Posts] = (),
 ) -> Face:
     """Health alone (no `config`: the server of `health.listen`), or the whole web face of
-    `config.web`."""
+    `config.web`; either with the `posts` taken at its address."""
     from rousseau.web.auth import LINKS, Logins
 
-    shown = Face(health=health, metrics=metrics, errors=errors)
+    shown = Face(health=health, metrics=metrics, errors=errors, posts=list(posts))
     section = config.web if config is not None else None
     if config is None or section is None:
         return shown

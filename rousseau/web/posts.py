@@ -1,0 +1,42 @@
+"""The routes taking what a platform posts to the daemon (Telegram's webhook): on the web
+face's server, or on a server of their own address that serves them alone. Either way one
+kind of server and one set of limits."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+if TYPE_CHECKING:
+    from rousseau.transports.abilities import Posts
+
+MAX_BYTES = 1024 * 1024
+"""The largest post taken (an update is a few kilobytes); larger ones are answered 413."""
+
+
+def routes(posts: Iterable[Posts]) -> list[Route]:
+    """A POST route for each transport taking posts."""
+    return [Route(each.path, _endpoint(each), methods=["POST"]) for each in posts]
+
+
+def _endpoint(posts: Posts) -> Callable[[Request], Awaitable[Response]]:
+    async def take(request: Request) -> Response:
+        try:
+            declared = int(request.headers.get("content-length") or 0)
+        except ValueError:
+            return PlainTextResponse("", status_code=400)
+        if declared > MAX_BYTES:
+            return PlainTextResponse("", status_code=413)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BYTES:
+                return PlainTextResponse("", status_code=413)
+        status, text = await posts.take(request.headers, bytes(body))
+        return PlainTextResponse(text, status_code=status)
+
+    return take
