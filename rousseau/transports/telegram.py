@@ -577,8 +577,11 @@ class _File:
     """A file a message carries, as the update describes it (checked), not downloaded."""
 
     file_id: str
+    """What getFile downloads it by."""
     name: str
+    """Its own name, or one made from the message id (photo_7.jpg)."""
     media_type: str
+    """As Telegram reports it (empty if it does not)."""
     size: int | None
     """As Telegram reports it (None if it does not)."""
     voice: float | None = None
@@ -590,6 +593,7 @@ class _Read:
     """An update as the adapter read it, before it is taken."""
 
     update_id: int
+    """What acknowledges it (the next poll's offset passes it)."""
     update: Any
     """The SDK's Update; None when it could not be parsed or read (recorded as failed)."""
     inbound: Inbound | None = None
