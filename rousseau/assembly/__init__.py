@@ -2,8 +2,9 @@
 (`assemble`, whose Parts the daemon supervises) and the commands (one agent, its approver,
 tools and media).
 
-Concrete adapters are chosen here by config name, each imported in its own branch by the
-registries of transports and providers, so nothing here loads a vendor SDK.
+Providers are chosen by config name through their registry, which imports each vendor in
+its own branch (the default one on a thread, while the transports start), so nothing here
+loads a vendor SDK.
 """
 
 from rousseau.assembly.agent import (
