@@ -17,7 +17,6 @@ import secrets
 import traceback
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 
 import anyio
@@ -316,11 +315,6 @@ class Router:
                     await self._turns.answer(replace(left, agent=agent), retried=True)
                 if await self.shared.unanswered(inbound):
                     await self._turns.answer(inbound, retried=retried)
-
-    def slot_released(self) -> AbstractAsyncContextManager[None]:
-        """While a turn waits for a person (an approval), its turn slot serves others, and
-        its preview (if its reply streams) says what it waits for (see TurnSlots)."""
-        return self._slots.released()
 
     # -- delivery -------------------------------------------------------------------------
 
