@@ -153,11 +153,18 @@ async def completions(request: Request, key: WebKeyConfig) -> Response:
     who = str(body.get("user") or request.headers.get("x-session-id") or "")
     chat_id = key.owner + (f"/{_USER.sub('_', who)[:64]}" if who else "")
     assert face.conversations is not None and face.backend is not None
-    call = _Call(face.api, face.conversations.lock(chat_id), chat_id, key.owner, agent, text)
-    call.backend = face.backend
+    options = body.get("stream_options")
+    call = _Call(
+        face.api,
+        face.backend,
+        face.conversations.lock(chat_id),
+        chat_id,
+        key.owner,
+        agent,
+        text,
+        streams_usage=isinstance(options, dict) and options.get("include_usage") is True,
+    )
     if body.get("stream"):
-        options = body.get("stream_options")
-        call.streams_usage = isinstance(options, dict) and options.get("include_usage") is True
         return StreamingResponse(
             call.chunks(), media_type="text/event-stream", headers={"cache-control": "no-store"}
         )
@@ -187,16 +194,25 @@ async def completions(request: Request, key: WebKeyConfig) -> Response:
 
 class _Call:
     def __init__(
-        self, api: WebChat, lock: anyio.Lock, chat_id: str, owner: str, agent: str, text: str
+        self,
+        api: WebChat,
+        backend: Backend,
+        lock: anyio.Lock,
+        chat_id: str,
+        owner: str,
+        agent: str,
+        text: str,
+        *,
+        streams_usage: bool,
     ) -> None:
         self.api, self.lock, self.chat_id = api, lock, chat_id
         self.owner, self.agent, self.text = owner, agent, text
+        self.backend = backend
+        """Where the conversation's session, and so what its turn cost, is read."""
+        self.streams_usage = streams_usage
+        """A streamed call ends with a usage chunk (`stream_options.include_usage`)."""
         self.id = "chatcmpl-" + secrets.token_hex(12)
         self.created = int(time.time())
-        self.backend: Backend | None = None
-        """Where the conversation's session, and so what its turn cost, is read."""
-        self.streams_usage = False
-        """A streamed call ends with a usage chunk (`stream_options.include_usage`)."""
         self.usage = Usage()
         """The tokens of this call's turn, every model request of it (tool steps too)."""
 
@@ -218,8 +234,6 @@ class _Call:
     async def _spent(self) -> Usage:
         """What the conversation's session has cost so far: a turn's history (and its usage)
         is written before its answer, so the answer finds its own turn counted."""
-        if self.backend is None:
-            return Usage()
         key = Inbound(
             transport=self.api.name,
             chat_id=self.chat_id,
