@@ -1,9 +1,10 @@
 """What a transport can do beyond the protocol every one implements.
 
 Each optional ability is a small runtime-checkable Protocol an adapter implements by having the
-method or attribute; nothing probes an adapter by name. `Abilities.of` looks them up once per
-transport, so a message never pays for an `isinstance` against a protocol (on Python 3.11 that
-costs a hundred times a plain attribute look-up).
+method or attribute; nothing probes an adapter by name. `Abilities.of` looks them up together;
+the router does so once per transport when it is made, so a message never pays for an
+`isinstance` against a protocol (on Python 3.11 that costs a hundred times a plain attribute
+look-up). Start-up and the CLI call it where they need one answer.
 """
 
 from __future__ import annotations
