@@ -110,11 +110,11 @@ async def test_a_flood_of_strangers_gets_a_bounded_number_of_replies() -> None:
     limit, _ = PAIRING_REPLIES
     strangers = limit + 20
     with Store(":memory:") as store:
-        async with pairing(store) as t:
+        async with pairing(store) as (router, t):
             with capture_logs() as logs:
                 for i in range(strangers):
                     await t.inject("hi", sender_id=f"s{i}", chat_id=f"c{i}")
-            sent = await settle(t, limit)
+            sent = await settle(router, t, limit)
     told = [i for i in range(strangers) if codes_to(sent, f"c{i}")]
     assert told == list(range(limit))
     assert len([e for e in logs if e["event"] == "router.pairing_flood"]) == 1

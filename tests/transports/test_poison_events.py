@@ -17,6 +17,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
+from rousseau import web
 from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.daemon import Daemon
@@ -140,14 +141,18 @@ async def test_a_posted_poison_update_is_answered_200_and_recorded(
     async def handler(inbound: Inbound) -> None:
         taken.append(inbound)
 
+    assert transport.posts is not None
+    listener = await web.listen(f"127.0.0.1:{port}", "telegram.webhook")
     with capture_logs() as logs:
-        async with anyio.create_task_group() as tg:
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(web.serve_posts, [transport.posts], listener)  # as the daemon does
             await tg.start(transport.run, handler)
             for n, (path, value) in enumerate(TELEGRAM_POISONS.values()):
                 telegram.deliver(spoil(telegram.update("poison", update_id=7000 + n), path, value))
             telegram.push("and this one?", chat_id=43, user_id=43, update_id=7100)
             await until(lambda: not telegram.updates)  # every post was answered 200
             await transport.stop()
+            tg.cancel_scope.cancel()
     await transport.aclose()
     assert [i.text for i in taken] == ["and this one?"]
     recorded = [e for e in logs if e["event"] == "telegram.bad_update"]
