@@ -117,4 +117,35 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(file=file or sys.stderr),
         cache_logger_on_first_use=False,
     )
+    _route_libraries(level, file, [redactor, *extra, renderer])
     return redactor
+
+
+def _route_libraries(level: str, file: TextIO | None, last: list[Any]) -> None:
+    """What the vendor SDKs log through the standard library (warnings and errors; at debug,
+    their info too: their own debug is a trace of every frame and socket) is written as the daemon's own events are: timestamped, in the same format,
+    secrets masked. Left alone it went to stderr raw, unmasked, without a time."""
+    handler = logging.StreamHandler(file or sys.stderr)
+    handler.set_name(_LIBRARIES)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                *last,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _LIBRARIES]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if level == "debug" else logging.WARNING)
+
+
+_LIBRARIES = "rousseau.libraries"

@@ -42,6 +42,30 @@ def test_configured_logging_writes_redacted_json(capsys: pytest.CaptureFixture[s
     assert record["level"] == "info" and "timestamp" in record
 
 
+def test_what_libraries_log_is_masked_and_formatted_as_the_daemons_own(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    configure_logging("info", "json", secrets=["bot-token-0123456789"])
+    try:
+        sdk = logging.getLogger("discord.client")
+        sdk.info("chatter below warning is left out")
+        try:
+            raise RuntimeError("gateway said no to bot-token-0123456789")
+        except RuntimeError:
+            sdk.exception("Ignoring exception in %s", "on_message")
+        record = json.loads(capsys.readouterr().err.strip())
+    finally:
+        for handler in logging.getLogger().handlers[:]:
+            if handler.get_name() == "rousseau.libraries":
+                logging.getLogger().removeHandler(handler)
+    assert record["event"] == "Ignoring exception in on_message"
+    assert record["logger"] == "discord.client" and record["level"] == "error"
+    assert "RuntimeError" in record["exception"] and "bot-token" not in record["exception"]
+    assert "timestamp" in record
+
+
 def test_text_logs_show_durations_and_times_for_people(capsys: pytest.CaptureFixture[str]) -> None:
     from datetime import datetime
 

@@ -44,6 +44,7 @@ def test_run_serves_every_configured_transport(tmp_path: Path, fake_llm: FakeLLM
                 },
                 "state": {"path": str(tmp_path / "s.db")},
                 "agent": {"workspace": str(tmp_path / "ws")},
+                "log": {"level": "debug"},  # a failure below shows what the SDKs saw
             }
         )
     )
@@ -55,9 +56,9 @@ def test_run_serves_every_configured_transport(tmp_path: Path, fake_llm: FakeLLM
     assert doctor.returncode == 0, doctor.stdout
     for line in ("ok    telegram", "ok    slack", "ok    discord"):
         assert line in doctor.stdout
-    proc = subprocess.Popen(
-        [*ROUSSEAU, "--config", str(config), "run"], env=env, stderr=subprocess.PIPE
-    )
+    log = tmp_path / "daemon.log"  # a file: a debug log in a pipe nobody reads would fill it
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen([*ROUSSEAU, "--config", str(config), "run"], env=env, stderr=stderr)
     try:
         slack.wait_connections(1, timeout=30)
         discord.wait_ready(timeout=30)
@@ -73,15 +74,15 @@ def test_run_serves_every_configured_transport(tmp_path: Path, fake_llm: FakeLLM
             [m.content for m in discord.sent],
         )
         if answered != (["echo: hi telegram"], ["echo: hi slack"], ["echo: hi discord"]):
-            proc.kill()  # the daemon's log says which transport lost what
-            log = proc.communicate()[1].decode(errors="replace")
-            raise AssertionError(f"answered: {answered}\ndaemon log:\n{log[-6000:]}")
+            gateway = f"identifies={discord.identifies} resumes={discord.resumes}"
+            said = log.read_text(errors="replace")[-20000:]  # which transport lost what
+            raise AssertionError(f"answered: {answered}\n{gateway}\ndaemon log:\n{said}")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+            proc.wait()
         telegram.stop()
         slack.stop()
         discord.stop()
