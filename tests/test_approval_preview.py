@@ -30,7 +30,7 @@ from rousseau.agent import (
 from rousseau.agent.approval import input_digest
 from rousseau.agent.loop import run_tool
 from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
-from rousseau.approvals import ChatApprovals, preview
+from rousseau.approvals import ChatApprovals, preview, unseen
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.tools import Registry, Tool
@@ -41,7 +41,8 @@ pytestmark = pytest.mark.anyio
 CODE = re.compile(r"Approve bash\? \[([A-Z0-9]{4})\]")
 PADDED = "echo hello" + " " * 420 + "; rm -f victim"
 BIDI = "echo safe \u202e; rm -f victim #\u202c"
-COMMANDS = {"padded": PADDED, "bidi": BIDI}
+LONG = "echo " + " ".join(f"w{i}" for i in range(1500)) + "; rm -f victim"
+COMMANDS = {"padded": PADDED, "bidi": BIDI, "too long": LONG}
 
 
 def model(request: Request) -> Response:
@@ -125,17 +126,75 @@ async def test_bidirectional_controls_are_shown_not_obeyed(
 
 
 def test_long_input_keeps_its_head_and_its_tail() -> None:
+    content = "".join(f"{i:05d} " for i in range(600)) + "the end"
+    text = preview("write", {"path": "notes.txt", "content": content})
+    assert text.startswith('{"path":"notes.txt","content":"00000 00001')
+    assert text.endswith('00599 the end"}')
+    hidden = re.search(r"… ([\d,]+) characters not shown …", text)
+    assert hidden is not None
+    shown = len(text) - len(hidden.group(0))
+    raw = '{"path":"notes.txt","content":"' + content + '"}'
+    assert shown + int(hidden.group(1).replace(",", "")) == len(raw)
+
+
+def test_a_command_is_shown_whole() -> None:
     command = "echo " + "".join(f"{i:05d} " for i in range(600)) + "&& rm -rf ~"  # < 4 KB
     text = preview("bash", {"command": command})
-    assert text.startswith('{"command":"echo 00000 00001')
-    head_and_tail = text.split("\n", 1)[0]
-    assert head_and_tail.endswith('00599 && rm -rf ~"}')
-    hidden = re.search(r"… ([\d,]+) characters not shown …", head_and_tail)
-    assert hidden is not None
-    shown = len(head_and_tail) - len(hidden.group(0))
-    assert shown + int(hidden.group(1).replace(",", "")) == len('{"command":"' + command + '"}')
-    # the list of commands names the rm, whatever the middle holds
+    assert text.split("\n", 1)[0] == '{"command":"' + command + '"}'  # nothing cut
     assert "  2. rm -rf ~" in text
+    assert unseen("bash", {"command": command}) is None
+
+
+def _padding(size: int) -> str:
+    """Text no run-counting shortens: what an attacker pads a command with."""
+    return " ".join(f"w{i}" for i in range(size // 4))
+
+
+# Shapes an attacker pads a command into, each past what the parser reads (4,096 characters).
+HIDING = {
+    "middle": f"echo {_padding(6000)}; rm -rf ~; echo {_padding(2000)}",
+    "end": f"echo {_padding(6000)} && rm -rf ~",
+    "comment": f"rm -rf ~ # {_padding(6000)}",
+    "heredoc": f"bash <<'EOF'\necho {_padding(3000)}\nrm -rf ~\necho {_padding(3000)}\nEOF",
+    "here-string": f'bash <<< "echo {_padding(3000)}; rm -rf ~; echo {_padding(3000)}"',
+    "bash -c": f"bash -c 'echo {_padding(3000)}; rm -rf ~; echo {_padding(3000)}'",
+    "newlines": "\n".join([f"echo {_padding(200)}"] * 30 + ["rm -rf ~"] + ["true"] * 30),
+    "substitution": f"echo {_padding(5000)} $(rm -rf ~) {_padding(1000)}",
+    "semicolons": "true;" * 1000 + "rm -rf ~;" + "true;" * 1000,
+    "assignment": f"X='{_padding(6000)}' rm -rf ~",
+    "pipe": f"echo {_padding(6000)} | sh -c 'rm -rf ~' | cat",
+}
+
+
+@pytest.mark.parametrize("shape", HIDING)
+def test_a_command_too_long_to_show_whole_is_not_asked(shape: str) -> None:
+    command = {"command": HIDING[shape]}
+    reason = unseen("bash", command)
+    assert reason is not None and "not put to anyone" in reason
+    assert "shorter commands" in reason  # what the model can do instead
+
+
+def test_a_long_command_made_of_runs_is_shown_with_them_counted() -> None:
+    command = {"command": "echo hi" + " " * 9000 + "; rm -rf ~"}
+    assert unseen("bash", command) is None
+    assert '{"command":"echo hi<9,000 spaces>; rm -rf ~"}' in preview("bash", command)
+
+
+def test_other_tools_are_asked_about_however_long() -> None:
+    assert unseen("write", {"path": "a", "content": _padding(20000)}) is None
+
+
+async def test_the_owner_is_not_asked_about_what_they_cannot_read(
+    telegram: TelegramHarness, tmp_path: Path
+) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "victim").write_text("keep me")
+    async with daemon(telegram, tmp_path):
+        telegram.fake.push("too long", chat_id=43, user_id=43)
+        answer = await said(telegram, 43, "^refused: ")
+        assert "not put to anyone" in answer and "shorter commands" in answer
+        assert not [m for m in telegram.fake.sent if CODE.search(m.text)]  # nobody was asked
+    assert (tmp_path / "ws" / "victim").read_text() == "keep me"
 
 
 def test_a_line_too_long_to_parse_is_shown_whole_and_allowed_by_no_pattern() -> None:

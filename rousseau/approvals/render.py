@@ -1,5 +1,7 @@
 """What the owner reads of a tool call: all of its input, with nothing invisible in it and
 nothing cut from its end, and (for a tool with a splitter, such as bash) its parts one a line.
+A command is shown whole or not asked about at all (`unseen`): what is cut from the middle
+of a command could be anything.
 
 The approval's answer is bound to the digest of that same input (chat.py), so what runs is
 what the owner read.
@@ -13,11 +15,17 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
+
 from rousseau.agent import Splitter
+from rousseau.agent.approval import ApprovalRequest, AskFn, Decision
 from rousseau.approvals.shell import SPLITTERS
+
+log = structlog.get_logger("rousseau.approvals")
 
 PREVIEW_HEAD = 1200  # characters of a long input shown before the gap...
 PREVIEW_TAIL = 600  # ...and after it, so that its end is always in sight
+COMMAND_SHOWN = 4096  # characters of a command's input shown whole; a longer one is not asked
 PART_HEAD, PART_TAIL = 160, 60  # the same for each listed command
 PARTS_SHOWN = 30  # commands listed one a line; past that, the first and last half of these
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -94,12 +102,14 @@ def preview(
     tool: str, input: Mapping[str, Any], splitters: Mapping[str, Splitter] | None = None
 ) -> str:
     """A call's input as an owner reads it: its compact JSON with nothing invisible and its
-    end always shown, then (for a tool with a splitter, such as bash) its parts one a line."""
+    end always shown (a command's whole, see `unseen`), then (for a tool with a splitter,
+    such as bash) its parts one a line."""
     raw = json.dumps(input, separators=(",", ":"), ensure_ascii=False)
-    lines = [_elide(_collapse(_json_tokens(raw)), PREVIEW_HEAD, PREVIEW_TAIL)]
+    tokens = _collapse(_json_tokens(raw))
     split = (SPLITTERS if splitters is None else splitters).get(tool)
     if split is None:
-        return lines[0]
+        return _elide(tokens, PREVIEW_HEAD, PREVIEW_TAIL)
+    lines = [_elide(tokens, COMMAND_SHOWN - PREVIEW_TAIL, PREVIEW_TAIL)]
     try:
         parts = split(input)
     except Exception:  # a splitter's failure only costs the listing
@@ -121,3 +131,41 @@ def preview(
             numbered = numbered[-half:]
         lines += [f"  {n}. {visible(p)}" for n, p in numbered]
     return "\n".join(lines)
+
+
+def unseen(
+    tool: str, input: Mapping[str, Any], splitters: Mapping[str, Splitter] | None = None
+) -> str | None:
+    """Why an owner could not read every command this call would run, so it must not be put
+    to them (the model reads this); None when its preview shows them all.
+
+    A command (a call of a tool with a splitter, such as bash) is shown whole up to
+    COMMAND_SHOWN characters once runs are counted (`<420 spaces>`). The listing of its
+    parts is no substitute for a longer one: here-documents and here-strings fed to a shell,
+    and code in a `bash -c` argument, are not parts of their own."""
+    if tool not in (SPLITTERS if splitters is None else splitters):
+        return None
+    raw = json.dumps(input, separators=(",", ":"), ensure_ascii=False)
+    shown = sum(map(len, _collapse(_json_tokens(raw))))
+    if shown <= COMMAND_SHOWN:
+        return None
+    return (
+        f"this {tool} call is {shown:,} characters long as an owner would read it, over the "
+        f"{COMMAND_SHOWN:,} an approval shows whole, so it was not put to anyone: no one can "
+        "approve what they cannot read. Run it as shorter commands, or write it to a file "
+        "first and run the file."
+    )
+
+
+def asking_what_shows(ask: AskFn, splitters: Mapping[str, Splitter] | None = None) -> AskFn:
+    """`ask`, for calls whose every command an owner can read; any other is denied unasked,
+    with the reason (`unseen`) for the model."""
+
+    async def ask_shown(request: ApprovalRequest) -> bool | Decision:
+        reason = unseen(request.tool, request.input, splitters)
+        if reason is None:
+            return await ask(request)
+        log.info("approvals.not_asked", tool=request.tool, why="too long to show whole")
+        return Decision.denied(reason, by="not asked: too long to show whole")
+
+    return ask_shown

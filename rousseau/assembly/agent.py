@@ -25,7 +25,7 @@ from rousseau.agent import (
     default_rules,
 )
 from rousseau.agent.approval import AskFn
-from rousseau.approvals import SPLITTERS
+from rousseau.approvals import SPLITTERS, asking_what_shows
 from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.media import BlobStore, MediaIntake
 from rousseau.messages import DEFAULT_AGENT
@@ -42,6 +42,8 @@ def build_approver(
     """The configured policy (`section`, default agent.approver). `ask` is how to put a
     question to a person (the terminal, the owners' chats), if anyone can be asked."""
     ac = section if section is not None else config.agent.approver
+    if ask is not None:
+        ask = asking_what_shows(ask, SPLITTERS)
     if ac is None:
         return AskingApprover(rules=default_rules(), ask=ask) if ask else default_rules()
     if ac.mode == "allow_all":
