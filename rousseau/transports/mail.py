@@ -472,7 +472,7 @@ class EmailTransport:
         to = _addresses(message, "To")
         cc = _addresses(message, "Cc")
         others = set(to + cc) - {self.address, sender}
-        _, name = parseaddr(str(message.get("From", "")))
+        name = parseaddr(str(message.get("From", "")))[0].strip() or sender
         inbound = Inbound(
             transport=self.name,
             chat_id=sender,

@@ -93,10 +93,11 @@ async def test_the_valid_mail_is_read() -> None:
     read = adapter()._read(raw(MAIL), 7)
     assert read is not None
     inbound, thread, files = read
-    assert (inbound.text, inbound.sender_id, inbound.thread_id) == (
+    assert (inbound.text, inbound.sender_id, inbound.thread_id, inbound.sender_name) == (
         "Hello, there",
         "ann@example.org",
         "<m0@example.org>",
+        "Ann Lee",  # the person's name, where their address is the sender id
     )
     assert thread.subject == "café" and [f.name for f in files] == ["a.png"]
 
