@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +25,7 @@ from rousseau.agent import Provider, TransportAuthError
 from rousseau.assembly import VOICE_HINT, Parts, SupportsAclose, assemble, media_intake
 from rousseau.backoff import backoff
 from rousseau.config import Config
+from rousseau.log import duration
 from rousseau.metrics import LagProbe, Metrics
 from rousseau.policy import ChatPolicy
 from rousseau.policy import chat_policies as configured_policies
@@ -83,6 +85,8 @@ class Daemon:
         """Transports stopped for good (a rejected credential), with the reason."""
         self.errors: dict[str, str] = {}
         """Each transport's last failure (it was restarted after it)."""
+        self.forced = False
+        """A second signal ended the graceful stop."""
 
     async def run(self) -> int:
         config = self.config
@@ -123,8 +127,8 @@ class Daemon:
                     with anyio.CancelScope(shield=True):
                         await self._close(parts, backend)
                 probes.cancel_scope.cancel()
-        log.info("daemon.stopped")
-        return 0
+        log.info("daemon.stopped", forced=self.forced)
+        return 130 if self.forced else 0
 
     async def _close(self, parts: Parts | None, backend: Backend) -> None:
         """Close every transport, the providers and the transcriber (each given a few
@@ -149,10 +153,11 @@ class Daemon:
         await backend.aclose()
 
     async def _serve(self, parts: Parts, listeners: Listeners) -> None:
-        """Everything runs in one task group until a signal or stop(); then a graceful stop."""
+        """Everything runs in one task group until a signal or stop(); then a graceful stop,
+        cut short by a second signal."""
         router, cluster = parts.router, parts.backend.cluster
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._signals)
+            tg.start_soon(self._signals, router, tg.cancel_scope)
             await tg.start(router.run)
             await tg.start(parts.scheduler.run)
             if cluster is not None:
@@ -182,12 +187,21 @@ class Daemon:
     def stop(self) -> None:
         self._stop.set()
 
-    async def _signals(self) -> None:
+    async def _signals(self, router: Router, serving: anyio.CancelScope) -> None:
+        """The first SIGTERM or SIGINT stops gracefully, saying what it waits for; a second
+        quits now. What was not answered then is answered at the next start."""
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for sig in signals:
-                log.info("daemon.signal", signal=signal.Signals(sig).name)
+                name = signal.Signals(sig).name
+                if self._stop.is_set():
+                    log.warning("daemon.quit_now", signal=name, chats_unanswered=router.chats_busy)
+                    self.forced = True
+                    serving.cancel()
+                    return
+                log.info("daemon.signal", signal=name)
                 self.stop()
-                return
+                if sig == signal.SIGINT and sys.stderr.isatty():  # a person at a terminal
+                    sys.stderr.write(_stopping(router.chats_busy, self.config.shutdown_grace))
 
     async def _serve_transport(self, transport: Transport, parts: Parts) -> None:
         """A transport, supervised, and the delivery of its replies; where daemons share the
@@ -297,3 +311,13 @@ def run(config: Config, only: str | None = None) -> int:
     """Entry point for `rousseau run` and `rousseau <transport>`."""
     daemon = Daemon(config, only=only)
     return anyio.run(daemon.run)
+
+
+def _stopping(busy: int, grace: float) -> str:
+    """What a person who pressed Ctrl-C reads while the daemon stops."""
+    chats = f"{busy} chat{'s' * (busy != 1)}" if busy else "no chat"
+    return (
+        f"Stopping: {chats} being answered; their replies go out first "
+        f"(at most {duration(grace)}). Press Ctrl-C again to quit now: what is left "
+        "unanswered is answered at the next start.\n"
+    )

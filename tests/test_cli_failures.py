@@ -178,7 +178,7 @@ def test_a_rejected_token_is_named_never_shown(tmp_path: Path) -> None:
     [["session", "list"], ["cron", "list"], ["audit"], ["status"], ["version"], ["--help"]],
     ids=" ".join,
 )
-def test_a_closed_stdout_is_one_line(tmp_path: Path, command: list[str]) -> None:
+def test_a_closed_stdout_ends_quietly(tmp_path: Path, command: list[str]) -> None:
     (tmp_path / "config.yaml").write_text(config_text(tmp_path))
     read, write = os.pipe()
     os.close(read)  # the reader has gone before the first line, as `| head -0` does
@@ -186,8 +186,7 @@ def test_a_closed_stdout_is_one_line(tmp_path: Path, command: list[str]) -> None
         code, _, err = run(tmp_path, *command, stdout=write)
     finally:
         os.close(write)
-    assert "Traceback" not in err and "Exception ignored" not in err, err
-    assert code != 0 and err.count("\n") == 1, err
+    assert (code, err) == (141, "")  # as `cat big | head` does: 128 + SIGPIPE, nothing said
 
 
 def test_an_unexpected_error_says_where_its_traceback_went(

@@ -257,6 +257,57 @@ def test_history_survives_a_restart(
     assert history == ["my name is Ada", "echo: my name is Ada", "what is my name?"]
 
 
+def test_a_second_ctrl_c_quits_now_and_the_message_is_answered_at_the_next_start(
+    daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
+) -> None:
+    import pty
+
+    config = json.loads(daemon.config.read_text())
+    daemon.config.write_text(json.dumps({**config, "shutdown_grace": "60s"}))
+    terminal, stderr = pty.openpty()  # a person at a terminal
+    env = {"PATH": os.environ["PATH"], "HOME": str(daemon.config.parent)}
+    proc = subprocess.Popen(
+        [*ROUSSEAU, "--config", str(daemon.config), "run"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+    os.close(stderr)
+    said = bytearray()
+
+    def read_until(text: bytes) -> None:
+        deadline = time.monotonic() + 30
+        while text not in said:
+            assert time.monotonic() < deadline, said.decode(errors="replace")
+            try:
+                said.extend(os.read(terminal, 65536))
+            except OSError:  # the daemon has gone
+                raise AssertionError(said.decode(errors="replace")) from None
+
+    try:
+        read_until(b"daemon.ready")
+        telegram.push("slow30 a long one")
+        deadline = time.monotonic() + 30
+        while not llm.posts() and time.monotonic() < deadline:  # the turn is in flight
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        read_until(b"Press Ctrl-C again to quit now")
+        assert b"Stopping: 1 chat being answered" in said
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130  # not the 60 s of grace, nor the 30 s turn
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(terminal)
+    assert telegram.sent == []
+    llm.responder = lambda r: openai_stream(openai_completion("done at last"))
+    daemon.start()
+    assert [s.text for s in telegram.wait_sent(1)] == ["done at last"]
+    assert daemon.stop() == 0
+    assert [s.text for s in telegram.sent] == ["done at last"]  # once
+
+
 def test_sigterm_exits_zero_within_the_grace_period(
     daemon: Daemon, telegram: FakeTelegram, llm: FakeLLMServer
 ) -> None:

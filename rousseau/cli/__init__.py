@@ -402,10 +402,9 @@ def _ended(exc: BaseException) -> int:
     cause = _first_cause(exc)
     if isinstance(cause, KeyboardInterrupt):
         return 130
-    if isinstance(cause, BrokenPipeError):  # `rousseau session list | head -1`
+    if isinstance(cause, BrokenPipeError):  # `rousseau status | head -1`: quiet, as cat is
         _mute_stdout()
-        common.fail("output closed before everything was written")
-        return 141
+        return 141  # 128 + SIGPIPE, what a shell shows for a tool its pipe ended
     if isinstance(cause, ConfigError):
         common.fail(f"config error: {cause}")
         return 2

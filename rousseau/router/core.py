@@ -362,6 +362,11 @@ class Router:
             log.info("router.replay", transport=inbound.transport, message=inbound.message_id)
             self._dispatch(_Item(inbound, replay=True))
 
+    @property
+    def chats_busy(self) -> int:
+        """Chats with a message being answered or waiting its turn."""
+        return len(self._queues)
+
     async def wait_idle(self) -> None:
         """Return (at once if none does) once no session queue holds a message: each one taken
         in for a turn or a command is answered or given up on, its reply queued."""
