@@ -1,7 +1,8 @@
 """The configuration reference, generated from the config model so it cannot drift from it.
 
-`mkdocs build` renders it into docs/configuration.md (docs/hooks.py); a key without a
-description is an error there and in the tests.
+It is written into docs/configuration.md, between its two markers, by
+`python -m rousseau.docgen docs/configuration.md`; a test fails while the page differs from
+what the model makes, and on a key without a description.
 """
 
 from __future__ import annotations
@@ -159,3 +160,24 @@ def config_reference() -> str:
             out += rows
         out.append("")
     return "\n".join(out)
+
+
+BEGIN, END = "<!-- config-reference -->", "<!-- /config-reference -->"
+
+
+def with_reference(page: str) -> str:
+    """The page with the reference between its markers made anew from the model."""
+    head, begin, rest = page.partition(BEGIN)
+    _, end, tail = rest.partition(END)
+    if not begin or not end:
+        raise ValueError(f"the page has no {BEGIN} ... {END} markers")
+    return f"{head}{BEGIN}\n\n{config_reference()}\n{END}{tail}"
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    for name in sys.argv[1:]:
+        path = Path(name)
+        path.write_text(with_reference(path.read_text()))

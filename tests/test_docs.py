@@ -25,6 +25,13 @@ def test_every_config_key_is_in_the_reference() -> None:
     assert "`ROUSSEAU_AGENT_MAX_ITERATIONS`" in text and "`TELEGRAM_BOT_TOKEN`" in text
 
 
+def test_the_committed_reference_is_current() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert page == docgen.with_reference(page), (
+        "docs/configuration.md is out of date: python -m rousseau.docgen docs/configuration.md"
+    )
+
+
 def test_a_key_without_a_description_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     class Broken(BaseModel):
         documented: int = Field(default=1, description="has one")
