@@ -123,8 +123,9 @@ def configure_logging(
 
 def _route_libraries(level: str, file: TextIO | None, last: list[Any]) -> None:
     """What the vendor SDKs log through the standard library (warnings and errors; at debug,
-    their info too: their own debug is a trace of every frame and socket) is written as the daemon's own events are: timestamped, in the same format,
-    secrets masked. Left alone it went to stderr raw, unmasked, without a time."""
+    their info too: their own debug is a trace of every frame and socket) is written as the
+    daemon's own events are: timestamped, in the same format, secrets masked. Left alone it
+    went to stderr raw, unmasked, without a time."""
     handler = logging.StreamHandler(file or sys.stderr)
     handler.set_name(_LIBRARIES)
     handler.setFormatter(

@@ -126,7 +126,11 @@ def test_bash_without_a_sandbox_is_pointed_out(tmp_path: Path) -> None:
         tmp_path,
         agent={"workspace": str(tmp_path / "ws"), "approver": {"allow": [{"tool": "bash"}]}},
     )
-    assert "note  bash       allowed with no sandbox" in doctor(path).stdout
+    said = doctor(path).stdout
+    assert "warn  sandbox    none, and bash is allowed without asking" in said
+    assert "ok    sandbox" not in said  # never shown as fine
+    asked = config(tmp_path, agent={"workspace": str(tmp_path / "ws")})
+    assert "ok    sandbox    none: bash, when allowed" in doctor(asked).stdout
 
 
 def test_a_rejected_token_and_an_unreachable_server_name_the_key(tmp_path: Path) -> None:

@@ -444,13 +444,14 @@ def _keep_traceback(exc: BaseException) -> str:
     from pathlib import Path
 
     from rousseau.log import Redactor
+    from rousseau.private import private_folder
 
     text = "".join(traceback.format_exception(exc))
     text = (common.redactor or Redactor()).redact(text)
     for folder in (common.state_folder(), Path(tempfile.gettempdir())):
         path = folder / "rousseau-error.log"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private_folder(folder)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "a") as out:
                 out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n{text}\n")

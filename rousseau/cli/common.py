@@ -35,13 +35,14 @@ def load(args: argparse.Namespace, *, quiet: bool = True, log_to: Path | None = 
     stderr or appended to the file `log_to`."""
     from rousseau.config import load_config, log_notices
     from rousseau.log import configure_logging
+    from rousseau.private import private_folder
 
     global redactor
     config = load_config(args.config)
     level = "debug" if args.debug else ("warning" if quiet else config.log.level)
     file = None
     if log_to is not None:
-        log_to.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(log_to.parent)
         fd = os.open(log_to, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         file = os.fdopen(fd, "a", buffering=1)  # line-buffered; open until the process ends
     redactor = configure_logging(level, config.log.format, config.secrets(), file)

@@ -33,8 +33,9 @@ SENDER_SHAPES = {
 
 
 class Report:
-    """The doctor's lines: ok, note (worth knowing, not a failure), FAIL, and fixed; every
-    line masked, so no secret is printed, not even inside an SDK's error text."""
+    """The doctor's lines: ok, note (worth knowing), warn (a risk taken, not a failure),
+    FAIL, and fixed; every line masked, so no secret is printed, not even inside an SDK's
+    error text."""
 
     def __init__(self) -> None:
         self.failed = False
@@ -44,6 +45,9 @@ class Report:
 
     def note(self, what: str, detail: str) -> None:
         self.line("note", what, detail)
+
+    def warn(self, what: str, detail: str) -> None:
+        self.line("warn", what, detail)
 
     def fixed(self, what: str, detail: str) -> None:
         self.line("fix", what, detail)
@@ -72,7 +76,6 @@ def doctor(args: argparse.Namespace) -> int:
     _doctor_store(config, report)
     _doctor_daemon(config, report)
     _doctor_sandbox(config, report)
-    _doctor_bash(config, report)
     _doctor_access(config, report)
     _doctor_agents(config, report)
     _doctor_provider(config, report)
@@ -150,23 +153,17 @@ def _doctor_daemon(config: Config, report: Report) -> None:
         report(False, "health", f"health.listen {config.health.listen}: {exc.strerror or exc}")
 
 
-def _doctor_bash(config: Config, report: Report) -> None:
-    """bash that may run with no sandbox reaches whatever this user can."""
+def _bash_allowed(config: Config) -> bool:
+    """Whether the approver lets bash run without asking anyone."""
     approver = config.agent.approver
-    if approver is None or config.agent.sandbox != "none":
-        return
+    if approver is None:
+        return False  # the default rules allow read and grep only
     rules = [*approver.allow, *(r for r in approver.rules if r.action == "allow")]
-    allowed = (
+    return (
         approver.mode == "allow_all"
         or approver.default == "allow"
         or any(r.tool in ("bash", "*") for r in rules)
     )
-    if allowed:
-        report.note(
-            "bash",
-            "allowed with no sandbox: it can read and change whatever this user can"
-            " (agent.sandbox: bwrap keeps it in the workspace)",
-        )
 
 
 def _doctor_access(config: Config, report: Report) -> None:
@@ -242,8 +239,15 @@ def _doctor_sandbox(config: Config, report: Report) -> None:
     from rousseau.tools import SandboxError, Workspace
 
     sandbox = build_sandbox(config)
+    if sandbox is None and _bash_allowed(config):
+        report.warn(
+            "sandbox",
+            "none, and bash is allowed without asking: it can read and change whatever this"
+            " user can (agent.sandbox: bwrap keeps it in the workspace)",
+        )
+        return
     if sandbox is None:
-        report(True, "sandbox", "none: bash can reach whatever this user can (agent.sandbox)")
+        report(True, "sandbox", "none: bash, when allowed, reaches whatever this user can")
         return
     try:
         workspace = Workspace(Path(config.agent.workspace).expanduser()).root

@@ -26,10 +26,11 @@ def _whatsapp_login(config: Config) -> int:
     import anyio
 
     from rousseau.config import WhatsAppConfig
+    from rousseau.private import private_folder
     from rousseau.transports.whatsapp import login
 
     store = Path((config.whatsapp or WhatsAppConfig()).store).expanduser()
-    store.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(store.parent)
     print("Scan the QR code with WhatsApp on your phone: Settings > Linked devices > Link a device")
     anyio.run(login, str(store))
     print(f"paired; the session is kept in {store}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rousseau.agent.errors import StoreError
+from rousseau.private import private_folder
 
 
 class DaemonRunningError(StoreError):
@@ -53,7 +54,7 @@ class DaemonLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise DaemonRunningError naming the daemon that has it."""
-        self.db.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(self.db.parent)
         fd = os.open(lock_path(self.db), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         if not _exclusive(fd):
             os.close(fd)

@@ -21,6 +21,7 @@ import structlog
 from rousseau.agent import Compaction, Content, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.messages import DEFAULT_AGENT
+from rousseau.private import private_file
 from rousseau.state.checkpoint import BACKSTOP_PAGES, Checkpointer
 from rousseau.state.migrations import migrate
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
@@ -48,7 +49,7 @@ class Store:
         if self.path != ":memory:":
             self.path = str(Path(self.path).expanduser())
             try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                private_file(Path(self.path))
             except OSError as exc:
                 raise StoreError(f"cannot create the folder for {self.path}: {exc}") from exc
         try:

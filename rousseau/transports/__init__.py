@@ -112,10 +112,11 @@ def _whatsapp(section: Any) -> Transport:
     from pathlib import Path
 
     from rousseau.config import WhatsAppConfig
+    from rousseau.private import private_folder
     from rousseau.transports.whatsapp import NeonizeClient, WhatsAppTransport
 
     store = Path((section or WhatsAppConfig()).store).expanduser()
-    store.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(store.parent)
     return WhatsAppTransport(NeonizeClient(str(store)))
 
 

@@ -60,6 +60,21 @@ async def test_reopen_keeps_sessions_and_messages(tmp_path: Path) -> None:
     store.close()
 
 
+async def test_only_its_user_can_read_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "home" / "state" / "sessions.db"
+    store = Store(db)
+    s = await store.create_session()
+    await store.append_message(s.id, Message.user("my bank password is ..."))
+    made = [db, db.with_name("sessions.db-wal"), db.with_name("sessions.db-shm")]
+    assert {f"{p.name} {p.stat().st_mode & 0o777:o}" for p in made if p.exists()} == {
+        f"{p.name} 600" for p in made if p.exists()
+    }
+    assert db.with_name("sessions.db-wal").exists()  # the mode of a file SQLite made itself
+    for folder in (db.parent, db.parent.parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    store.close()
+
+
 async def test_one_row_per_message_and_pragmas(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     store = Store(db)
