@@ -222,12 +222,29 @@ def test_a_failing_systemctl_is_one_line_and_a_failed_exit(host: Host) -> None:
 def test_without_systemd_it_says_so_and_prints_the_foreground_command(host: Host) -> None:
     (host.tmp / "bin" / "systemctl").unlink()
     (host.tmp / "bin" / "journalctl").unlink()
-    for action in ("start", "status", "logs"):
+    for action in ("start", "logs"):
         result = host.run(action, "--user")
         assert result.returncode == 1, action
         assert result.stderr.startswith("rousseau: systemd is not available here (no ")
         assert result.stderr.count("\n") == 1, action
         assert result.stdout == host.foreground() + "\n", action
+    # status still says whether a daemon runs, with systemctl's exit code for "not running"
+    result = host.run("status", "--user")
+    assert result.returncode == 3
+    assert result.stderr.startswith("rousseau: systemd is not available here (no ")
+    assert result.stdout == (
+        f"daemon     not running\nto run it in the foreground: {host.foreground()}\n"
+    )
+    from rousseau.state.lock import DaemonLock
+
+    lock = DaemonLock(host.tmp / "state" / "sessions.db")
+    lock.acquire()  # a daemon run in the foreground
+    try:
+        result = host.run("status", "--user")
+    finally:
+        lock.release()
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"daemon     running, pid {os.getpid()}, since ")
 
     # install still writes the unit (systemd may come later, as in an image being built)
     installed = host.run("install", "--user")

@@ -292,8 +292,9 @@ def _control(args: argparse.Namespace, system: bool) -> int:
 
 
 def _status(args: argparse.Namespace, system: bool) -> int:
-    if not _systemd_here(args, system):
-        return 1
+    why = _no_systemd(system, "systemctl")
+    if why is not None:  # no service to ask about; whether a daemon runs is still known
+        return _status_without_systemd(args, why)
     scope = [] if system else ["--user"]
     return subprocess.run(["systemctl", *scope, "status", UNIT, "--no-pager"]).returncode
 
@@ -307,6 +308,19 @@ def _logs(args: argparse.Namespace, system: bool) -> int:
     unit = ["-u", UNIT] if system else ["--user-unit", UNIT]
     follow = ["-f"] if args.follow else []
     return subprocess.run(["journalctl", *unit, "-n", str(args.lines), *follow]).returncode
+
+
+def _status_without_systemd(args: argparse.Namespace, why: str) -> int:
+    """Whether a daemon runs on the configured state, as `systemctl status` would say it:
+    exit 0 running, 3 not running."""
+    from rousseau.cli.common import load
+    from rousseau.cli.status import daemon_status
+
+    fail(f"{why}; whether a daemon runs on this configuration's state:")
+    running = daemon_status(load(args).state.path)
+    if not running:
+        print(f"to run it in the foreground: {_foreground(args)}")
+    return 0 if running else 3
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -427,10 +441,14 @@ def _systemd_here(args: argparse.Namespace, system: bool, program: str = "system
     if why is None:
         return True
     fail(f"{why}; run the daemon in the foreground instead:")
-    print(
-        shlex.join([sys.executable, "-m", "rousseau", "--config", str(_config_file(args)), "run"])
-    )
+    print(_foreground(args))
     return False
+
+
+def _foreground(args: argparse.Namespace) -> str:
+    """The command that runs the daemon without systemd."""
+    config = str(_config_file(args))
+    return shlex.join([sys.executable, "-m", "rousseau", "--config", config, "run"])
 
 
 def _systemctl(system: bool, *args: str) -> str | None:

@@ -37,7 +37,7 @@ def status(args: argparse.Namespace) -> int:
         print(f"fallback   {', '.join(config.fallback)}")
     if config.agents or config.routes:
         _agents(config)
-    _daemon(config.state.path)
+    daemon_status(config.state.path)
     if config.state.url is not None:
         count, usage = on_state(args, _cluster, config)
     else:
@@ -102,17 +102,19 @@ def _agents(config: Config) -> None:
     print(f"route      the rest -> {config.default_agent}")
 
 
-def _daemon(db: str) -> None:
-    """Whether a daemon runs on this database, and its transports as it last published them."""
+def daemon_status(db: str) -> bool:
+    """Print whether a daemon runs on this database, and its transports as it last
+    published them; True if one runs."""
     from rousseau.state.lock import running
 
     info = running(db)
     if info is None:
         print("daemon     not running")
-        return
+        return False
     print(f"daemon     running, pid {info.pid}, since {when(info.started_at)}")
     for name, state in sorted(info.transports.items()):
         if "stopped" in state:
             print(f"  {name:<9} stopped: {state['stopped']}")
         else:
             print(f"  {name:<9} {'up' if state.get('connected') else 'down (reconnecting)'}")
+    return True
