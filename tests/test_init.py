@@ -150,7 +150,7 @@ def test_at_a_terminal_the_owner_is_admitted_by_their_first_message_and_then_ans
     term = Terminal([*ROUSSEAU, "init"], env)
     term.expect("Choose [")
     term.type("openai")
-    term.expect("openai API key (input hidden): ")
+    term.expect("openai API key (input hidden; Enter if the server needs none): ")
     term.type(KEY)
     term.expect("Model [gpt-4.1-mini]: ")
     term.type("")
@@ -222,8 +222,10 @@ def test_flags_alone_write_the_config_without_a_terminal(
     assert telegram.token not in as_flags.stdout + as_flags.stderr
     path = default_config(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    config = load_config(str(path), {})
+    config = load_config(str(path), {})  # the file alone, without this shell's variables
     assert config.telegram is not None and config.telegram.allowlist == [str(OWNER), "43"]
+    assert config.telegram.base_url == env["ROUSSEAU_TELEGRAM_BASE_URL"]
+    assert config.openai.base_url == env["ROUSSEAU_OPENAI_BASE_URL"]
     assert config.agent.approver is not None
     assert config.agent.approver.owners == [f"telegram:{OWNER}", "telegram:43"]
     assert telegram.calls.count("getMe") == 1 and "getUpdates" not in telegram.calls
@@ -234,6 +236,48 @@ def test_flags_alone_write_the_config_without_a_terminal(
     )
     assert from_env.returncode == 0, from_env.stderr
     assert (tmp_path / "env.yaml").read_text() == path.read_text()
+
+
+@pytest.mark.timeout(120)
+def test_an_openai_compatible_server_is_asked_for_and_asked_again_when_nothing_answers(
+    tmp_path: Path, env: dict[str, str], fake_llm: FakeLLMServer
+) -> None:
+    server = env.pop("ROUSSEAU_OPENAI_BASE_URL")
+    term = Terminal([*ROUSSEAU, "init"], env)
+    term.expect("Choose [")
+    term.type("2")
+    term.expect("Address [https://api.openai.com/v1]: ")
+    term.type(f"http://127.0.0.1:{free_port()}/v1")  # nothing listens there
+    term.expect("openai API key (input hidden; Enter if the server needs none): ")
+    term.type("")
+    term.expect("Model [gpt-4.1-mini]: ")
+    term.type("local-model")
+    term.expect("FAIL  ")
+    term.expect("Address [")  # the address is asked again, not the key
+    term.type(server)
+    term.expect("ok    openai answers")
+    term.expect("Connect a Telegram bot? [Y/n] ")
+    term.type("n")
+    term.expect("wrote")
+    assert term.exit_code() == 0, term.output
+    config = load_config(str(default_config(tmp_path)), {})
+    assert (config.provider, config.openai.base_url, config.openai.model) == (
+        "openai",
+        server,
+        "local-model",
+    )
+
+
+def test_a_missing_sdk_is_named_with_the_command_for_this_installation() -> None:
+    from rousseau.agent.errors import install_command
+    from rousseau.cli.init import _missing
+
+    assert _missing("json", "telegram") is None
+    said = _missing("no_such_sdk_here", "telegram")
+    assert said is not None and said.endswith(install_command("telegram"))
+    command = install_command("telegram")
+    assert " -m pip install " in command and "[telegram]" in command
+    assert "'rousseau[telegram]'" in command or " -e " in command  # index, or this checkout
 
 
 def test_an_existing_config_is_replaced_only_with_force(

@@ -111,8 +111,31 @@ class MissingExtraError(RousseauError, ImportError):
     """An adapter's SDK is not installed."""
 
     def __init__(self, what: str, extra: str) -> None:
-        super().__init__(f"{what} needs the '{extra}' extra: pip install 'rousseau[{extra}]'")
+        super().__init__(f"{what} needs the '{extra}' extra: {install_command(extra)}")
         self.extra = extra
+
+
+def install_command(extra: str) -> str:
+    """The command that adds `extra` to this very installation: pip of the interpreter
+    running, and for a checkout installed in place, that checkout (a package index has
+    nothing to do with it)."""
+    import json
+    import shlex
+    import sys
+    from importlib import metadata
+    from urllib.parse import unquote, urlsplit
+
+    target = f"rousseau[{extra}]"
+    try:
+        said = metadata.distribution("rousseau").read_text("direct_url.json") or "{}"
+        origin = json.loads(said)
+    except (metadata.PackageNotFoundError, ValueError):
+        origin = {}
+    url = urlsplit(str(origin.get("url", "")))
+    if url.scheme == "file" and origin.get("dir_info", {}).get("editable"):
+        target = f"{unquote(url.path)}[{extra}]"
+        return shlex.join([sys.executable, "-m", "pip", "install", "-e", target])
+    return shlex.join([sys.executable, "-m", "pip", "install", target])
 
 
 class ConfigError(RousseauError):

@@ -213,13 +213,20 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--base-url",
         metavar="URL",
-        help="the provider's API address, e.g. an OpenAI-compatible server (default: its own)",
+        help="the provider's API address, e.g. an OpenAI-compatible server (default: asked "
+        "for openai; ROUSSEAU_<PROVIDER>_BASE_URL; else the provider's own)",
     )
     init.add_argument(
         "--telegram-token",
         metavar="TOKEN",
         help="the bot token from @BotFather (default: asked, or with --yes read from "
         "TELEGRAM_BOT_TOKEN; none: no transport)",
+    )
+    init.add_argument(
+        "--telegram-base-url",
+        metavar="URL",
+        help="the Bot API's address, for a local Bot API server (default: "
+        "ROUSSEAU_TELEGRAM_BASE_URL, else Telegram's own)",
     )
     init.add_argument(
         "--allow",

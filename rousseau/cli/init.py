@@ -34,6 +34,15 @@ PROVIDERS: dict[str, tuple[str, str | None]] = {
 }
 """The providers `init` sets up: name, what it is, and the variable its key comes from."""
 
+LOCAL_SERVERS = {
+    "Ollama": "http://localhost:11434/v1",
+    "LM Studio": "http://localhost:1234/v1",
+    "vLLM": "http://localhost:8000/v1",
+    "llama.cpp": "http://localhost:8080/v1",
+}
+"""OpenAI-compatible servers people run on their own machine, at their usual addresses."""
+NO_KEY = "no-key"  # what a local server that checks no key is given (the SDK wants one)
+
 CHECK_TIMEOUT = 20.0
 POLL_SECONDS = 25
 _UPDATES = ["message", "callback_query"]  # as the daemon asks: Telegram remembers the choice
@@ -42,9 +51,11 @@ _UPDATES = ["message", "callback_query"]  # as the daemon asks: Telegram remembe
 class Failed(Exception):
     """Set-up cannot go on: one line for the user, and the exit code."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = 1, *, unreachable: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.unreachable = unreachable
+        """Nothing answered at the address: the address is to be asked again, not the key."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -61,6 +72,8 @@ class Answers:
     """The provider's API address; empty leaves its own."""
     telegram_token: str = ""
     """The bot token; empty means no transport."""
+    telegram_base_url: str = ""
+    """The Bot API's address; empty leaves Telegram's own."""
     owners: list[str] = field(default_factory=list)
     """Telegram user ids admitted, and asked about tool calls."""
 
@@ -101,6 +114,7 @@ def _init(args: argparse.Namespace, path: Path) -> int:
     if not args.yes:
         print(f"This writes {path}. Ctrl-C at any point leaves nothing behind.\n")
     answers = Answers(model=args.model or "", base_url=args.base_url or "", owners=args.allow)
+    answers.telegram_base_url = args.telegram_base_url or _from_env("telegram", "base_url")
     _provider(args, answers, _load("", folder), folder)
     _telegram(args, answers, folder)
     _install(render(answers), path, force=args.force)
@@ -122,9 +136,16 @@ def _provider(args: argparse.Namespace, answers: Answers, env: Config, folder: P
     answers.provider = name
     if answers.base_url and name == "claudecli":
         raise Failed("--base-url: the Claude CLI has no API address to set", 2)
+    # An address given through the environment is written: later commands and the service
+    # read the file, not this shell's variables.
+    answers.base_url = answers.base_url or _from_env(name, "base_url")
+    if name == "openai" and not args.yes and not answers.base_url:  # given: not asked
+        answers.base_url = _ask_address(answers.base_url)
     variable = PROVIDERS[name][1]
     if variable is not None:
-        answers.api_key = args.api_key or (_env_key(env, name) if args.yes else _ask_key(name, env))
+        answers.api_key = args.api_key or (
+            _env_key(env, name) if args.yes else _ask_key(name, env, _local(answers.base_url))
+        )
         if not answers.api_key:
             raise Failed(f"{name} needs an API key: set {variable} or pass --api-key", 2)
     default_model = getattr(env, name).model
@@ -132,18 +153,60 @@ def _provider(args: argparse.Namespace, answers: Answers, env: Config, folder: P
         answers.model = input(f"Model [{default_model}]: ").strip()
     answers.model = answers.model or default_model
     _mask(args, answers.secrets())
-    while not args.no_check:
+    if not args.no_check:
+        _prove_provider(args, answers, folder)
+
+
+def _prove_provider(args: argparse.Namespace, answers: Answers, folder: Path) -> None:
+    """One request with what was answered; at a terminal, a failure asks again for what
+    it points at: the address when nothing answered there, else the key."""
+    name, variable = answers.provider, PROVIDERS[answers.provider][1]
+    while True:
         try:
             _check_provider(_load(render(answers), folder), name)
         except Failed as exc:
-            if args.yes or variable is None:
+            if args.yes:
                 raise
             print(f"FAIL  {_masked(exc)}")
-            answers.api_key = _ask_key(name, None)
+            if exc.unreachable and name in ("openai", "ollama", "openrouter"):
+                answers.base_url = _ask_address(answers.base_url)
+                continue
+            if variable is None:
+                raise
+            answers.api_key = _ask_key(name, None, _local(answers.base_url))
             _mask(args, answers.secrets())
             continue
         print(f"ok    {name} answers" + (" with this key" if variable else ""))
         return
+
+
+def _from_env(section: str, key: str) -> str:
+    """A value this shell's environment gives the configuration (`ROUSSEAU_SECTION_KEY`)."""
+    return os.environ.get(f"ROUSSEAU_{section}_{key}".upper(), "").strip()
+
+
+def _ask_address(current: str) -> str:
+    """The OpenAI-compatible server's address: OpenAI's own, one found running here, or
+    any other."""
+    default = current or "https://api.openai.com/v1"
+    found = [(name, url) for name, url in LOCAL_SERVERS.items() if _listening(url)]
+    print("API address (OpenAI's own, or an OpenAI-compatible server):")
+    for number, (name, url) in enumerate(found, 1):
+        print(f"  {number}) {url:<28} {name} (found running here)")
+    while True:
+        answer = input(f"Address [{default}]: ").strip() or default
+        if answer.isdigit() and 1 <= int(answer) <= len(found):
+            return found[int(answer) - 1][1]
+        if answer.startswith(("http://", "https://")):
+            return answer.rstrip("/")
+        print("  an http:// or https:// address, e.g. http://localhost:1234/v1")
+
+
+def _local(url: str) -> bool:
+    """A server on this machine, which may check no key."""
+    from urllib.parse import urlsplit
+
+    return (urlsplit(url).hostname or "") in ("localhost", "127.0.0.1", "::1")
 
 
 def _found(env: Config) -> dict[str, str]:
@@ -191,16 +254,19 @@ def _choose(default: str, found: dict[str, str]) -> str:
         print(f"  one of 1-{len(names)}, or a name: {', '.join(names)}")
 
 
-def _ask_key(name: str, env: Config | None) -> str:
+def _ask_key(name: str, env: Config | None, local: bool = False) -> str:
     import getpass
 
     variable = PROVIDERS[name][1]
     stored = _env_key(env, name) if env is not None else ""
-    hint = f"Enter: the one in {variable}" if stored else "input hidden"
+    if stored:
+        hint = f"Enter: the one in {variable}"
+    else:
+        hint = "input hidden; Enter if the server needs none" if local else "input hidden"
     while True:
         key = getpass.getpass(f"{name} API key ({hint}): ").strip() or stored
-        if key:
-            return key
+        if key or local:
+            return key or NO_KEY
 
 
 def _env_key(env: Config | None, name: str) -> str:
@@ -211,7 +277,7 @@ def _env_key(env: Config | None, name: str) -> str:
 def _check_provider(config: Config, name: str) -> None:
     import anyio
 
-    from rousseau.agent import Message, Request, RousseauError
+    from rousseau.agent import Message, ProviderUnavailableError, Request, RousseauError
     from rousseau.providers import build_provider
 
     provider = build_provider(config, name)
@@ -231,7 +297,9 @@ def _check_provider(config: Config, name: str) -> None:
     try:
         anyio.run(check)
     except TimeoutError:
-        raise Failed(f"{name}: no answer within {CHECK_TIMEOUT:.0f} s") from None
+        raise Failed(f"{name}: no answer within {CHECK_TIMEOUT:.0f} s", unreachable=True) from None
+    except ProviderUnavailableError as exc:
+        raise Failed(str(exc), unreachable=True) from None
     except RousseauError as exc:
         raise Failed(str(exc)) from None
 
@@ -263,6 +331,13 @@ def _telegram(args: argparse.Namespace, answers: Answers, folder: Path) -> None:
     if args.yes:
         answers.telegram_token = answers.telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")
     elif not answers.telegram_token:
+        missing = _missing("telegram", "telegram")
+        if missing is not None:  # said before any question about it, and nothing asked is lost
+            print(f"\nTelegram: {missing}")
+            print("Install it, then run init again to connect a bot. Writing the rest now.")
+            if args.allow:
+                raise Failed(f"--allow admits Telegram users: {missing}", 2)
+            return
         print("\nTelegram: ask @BotFather for a bot (/newbot) and copy the token it gives.")
         if not _yes("Connect a Telegram bot?"):
             if args.allow:
@@ -286,6 +361,17 @@ def _telegram(args: argparse.Namespace, answers: Answers, folder: Path) -> None:
         break
     if not answers.owners:
         answers.owners = [_owner(_load(render(answers), folder), args.wait)]
+
+
+def _missing(module: str, extra: str) -> str | None:
+    """What to run to install `extra`, if its SDK (`module`) is not installed here."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is not None:
+        return None
+    from rousseau.agent.errors import install_command
+
+    return f"its SDK is not installed here: {install_command(extra)}"
 
 
 def _ask_token(stored: str) -> str:
@@ -473,6 +559,14 @@ def _telegram_lines(answers: Answers) -> list[str]:
         "  # The bot's token from @BotFather (TELEGRAM_BOT_TOKEN is read only when this is",
         "  # unset).",
         f"  token: {q(answers.telegram_token)}",
+        *(
+            [
+                "  # The Bot API's address, in place of Telegram's own.",
+                f"  base_url: {q(answers.telegram_base_url)}",
+            ]
+            if answers.telegram_base_url
+            else []
+        ),
         "  # The Telegram user ids that may talk to the bot; everyone else is ignored.",
         f"  allowlist: [{', '.join(answers.owners)}]",
         "  # allowlist, or pairing (strangers get a code to `rousseau pair approve`), or open.",
