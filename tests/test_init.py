@@ -270,10 +270,10 @@ def test_an_openai_compatible_server_is_asked_for_and_asked_again_when_nothing_a
 
 def test_a_missing_sdk_is_named_with_the_command_for_this_installation() -> None:
     from rousseau.agent.errors import install_command
-    from rousseau.cli.init import _missing
+    from rousseau.cli.init import missing_sdk
 
-    assert _missing("json", "telegram") is None
-    said = _missing("no_such_sdk_here", "telegram")
+    assert missing_sdk("json", "telegram") is None
+    said = missing_sdk("no_such_sdk_here", "telegram")
     assert said is not None and said.endswith(install_command("telegram"))
     command = install_command("telegram")
     assert " -m pip install " in command and "[telegram]" in command
