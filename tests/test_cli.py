@@ -117,6 +117,7 @@ def test_no_provider_configured_is_one_line(home: Path) -> None:
     lines = result.stderr.splitlines()
     assert len(lines) == 1
     assert "no model provider configured" in lines[0] and "ANTHROPIC_API_KEY" in lines[0]
+    assert "run `rousseau init`" in lines[0]  # where a new user starts
 
 
 def test_config_error_names_the_key_without_traceback(home: Path, env: dict[str, str]) -> None:

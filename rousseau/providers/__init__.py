@@ -42,8 +42,8 @@ def detect_provider(config: Config) -> tuple[str, str]:
     if _reachable(ollama):
         return "ollama", f"Ollama answers at {ollama}"
     raise ConfigError(
-        "no model provider configured: set ANTHROPIC_API_KEY or OPENAI_API_KEY, "
-        "or set provider (and its section) in the config file"
+        "no model provider configured: run `rousseau init` to set one up, or set "
+        "ANTHROPIC_API_KEY or OPENAI_API_KEY, or provider (and its section) in the config file"
     )
 
 
