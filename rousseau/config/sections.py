@@ -4,6 +4,7 @@ state, media, cron, rate limits, MCP servers, health and the web face.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -351,3 +352,23 @@ class WebConfig(HealthConfig):
     """Keys for the OpenAI-compatible API under /v1."""
     session_ttl: Duration = 43200.0
     """How long a login lasts without use."""
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """The proxies (addresses or CIDR networks) whose X-Forwarded-For and X-Forwarded-Proto
+    are believed: the client's address and https come from them. Empty: believed from no
+    one, loopback included."""
+    api_max_bytes: int = Field(default=4_000_000, ge=1024)
+    """The largest request body of the OpenAI-compatible API (a call sends the whole
+    conversation); a larger one is refused with 413 before it is read."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, proxies: list[str]) -> list[str]:
+        """Each as a network (an address is a network of one), so a mistyped one is an error
+        here rather than a proxy silently not trusted."""
+        found = []
+        for proxy in proxies:
+            try:
+                found.append(str(ipaddress.ip_network(proxy.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{proxy!r} is not an address or a network (10.0.0.0/8)") from None
+        return found

@@ -31,6 +31,8 @@ __all__ = [
     "CHOOSE_AGENT",
     "CONNECTIONS",
     "HEALTH_CONNECTIONS",
+    "HEALTH_PER_ADDRESS",
+    "PER_ADDRESS",
     "STREAMING",
     "Face",
     "address",
@@ -55,8 +57,13 @@ CHOOSE_AGENT = frozenset({"api"})
 """Transports whose messages name their agent (the API: the model asked for)."""
 CONNECTIONS = 64
 """Connections served at once (a dashboard's live view holds one); more are closed at once."""
+PER_ADDRESS = 16
+"""Connections from one client address at once (a browser opens six, and a page's event
+stream holds one); a trusted proxy's connections count against CONNECTIONS alone."""
 HEALTH_CONNECTIONS = 32
-"""The same for a server of /healthz and /metrics alone."""
+"""CONNECTIONS for a server of /healthz and /metrics alone."""
+HEALTH_PER_ADDRESS = 8
+"""PER_ADDRESS for a server of /healthz and /metrics alone."""
 
 
 def check_installed() -> None:
@@ -131,12 +138,18 @@ async def serve(face: Face, listener: MultiListener[SocketStream]) -> None:
     """Serve the face on the daemon's bound `listener` until cancelled."""
     await anyio.to_thread.run_sync(_framework)
     from rousseau.web.app import build
+    from rousseau.web.clients import networks
     from rousseau.web.server import serve as serve_app
 
     sockets = [one.extra(SocketAttribute.raw_socket) for one in listener.listeners]
     alone = face.config is None and not face.posts  # health alone
-    connections = HEALTH_CONNECTIONS if alone else CONNECTIONS
-    await serve_app(build(face), sockets, connections=connections)
+    await serve_app(
+        build(face),
+        sockets,
+        connections=HEALTH_CONNECTIONS if alone else CONNECTIONS,
+        per_address=HEALTH_PER_ADDRESS if alone else PER_ADDRESS,
+        trusted=networks(face.config.trusted_proxies if face.config is not None else ()),
+    )
 
 
 async def serve_posts(posts: list[Posts], listener: MultiListener[SocketStream]) -> None:
@@ -147,4 +160,4 @@ async def serve_posts(posts: list[Posts], listener: MultiListener[SocketStream])
     from rousseau.web.server import serve as serve_app
 
     sockets = [one.extra(SocketAttribute.raw_socket) for one in listener.listeners]
-    await serve_app(posts_app(posts), sockets, connections=CONNECTIONS)
+    await serve_app(posts_app(posts), sockets, connections=CONNECTIONS, per_address=PER_ADDRESS)

@@ -10,8 +10,9 @@ Pages are rendered on the server (Jinja2, autoescaped); the one script, served f
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from starlette.applications import Starlette
@@ -22,12 +23,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rousseau.transports.abilities import Posts
-from rousseau.web import posts
+from rousseau.web import limits, posts
 from rousseau.web.face import Face
+
+if TYPE_CHECKING:
+    from rousseau.config import WebConfig
 
 log = structlog.get_logger("rousseau.web")
 
 HERE = Path(__file__).parent
+API = "/v1/"
+"""Where the OpenAI-compatible API is served (its errors are shaped as OpenAI's)."""
 HEADERS = [
     (
         b"content-security-policy",
@@ -72,6 +78,8 @@ def build(face: Face) -> Starlette:
         from rousseau.web.dashboard import templates
 
         app.state.templates = templates()
+    limit = body_limits(face.posts, face.config, face.upload_bytes)
+    app.add_middleware(limits.BodyLimit, limit=limit, refuse=_too_large)
     app.add_middleware(SecurityHeaders)
     app.exception_handlers[404] = _not_found
     return app
@@ -80,9 +88,40 @@ def build(face: Face) -> Starlette:
 def posts_app(taken: list[Posts]) -> Starlette:
     """The app of a server taking posts alone (an address of their own)."""
     app = Starlette(routes=posts.routes(taken))
+    app.add_middleware(limits.BodyLimit, limit=body_limits(taken), refuse=_too_large)
     app.add_middleware(SecurityHeaders)
     app.exception_handlers[404] = _not_found
     return app
+
+
+def body_limits(
+    taken: list[Posts], config: WebConfig | None = None, upload_bytes: int = 0
+) -> Callable[[str], int]:
+    """The largest body each route takes: a platform's post posts.MAX_BYTES, the API
+    `web.api_max_bytes`, a web chat message its files (`upload_bytes`, media.max_bytes)
+    and its text, anything else limits.SMALL."""
+    exact = {each.path: posts.MAX_BYTES for each in taken}
+    api = config.api_max_bytes if config is not None else limits.SMALL
+    if config is not None:
+        exact["/chat/send"] = upload_bytes + limits.UPLOAD_FRAMING
+
+    def limit(path: str) -> int:
+        found = exact.get(path)
+        if found is not None:
+            return found
+        return api if path.startswith(API) else limits.SMALL
+
+    return limit
+
+
+def _too_large(path: str, limit: int) -> Response:
+    message = f"the request body is over {limit} bytes"
+    if path.startswith(API):
+        response: Response = json_error(413, message, "request_too_large")
+    else:
+        response = PlainTextResponse(message + "\n", status_code=413)
+    response.headers["connection"] = "close"  # the rest of the body is never read
+    return response
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

@@ -1,6 +1,7 @@
 """Who is logged in to the web face: a password checked against its argon2 hash, or a
 one-time link; then a random session token in an HttpOnly, SameSite=Strict cookie, kept
-server-side (bounded) with the login's CSRF token. Login tries are rate-limited per client."""
+server-side (bounded) with the login's CSRF token. Failed login tries are limited per
+client address and per account name."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ COOKIE = "rousseau_session"
 LOGIN_TRIES = (4, 60.0)
 """Failed login tries per client address: four a minute; after them any try is refused
 (right or wrong) until the minute has passed."""
+ACCOUNT_TRIES = (6, 300.0)
+"""Failed password tries per account name, from all addresses together: six, then one more
+every 50 s (all six again 5 minutes after the last). Past them a try of that name is
+refused (right or wrong) without being checked, and a refused try uses nothing up: a
+stranger holds the name shut only while they keep trying, and a one-time link still logs
+the owner in."""
+MAX_NAMES = 10_000
+"""Names nobody has whose failed tries are counted at once (the least recently tried go
+first); the configured names are never dropped."""
 MAX_LOGINS = 1000
 """Logins kept at once; the least recently used goes first."""
 LINK_TTL = 900.0
@@ -91,16 +101,34 @@ class Logins:
         self.ttl = ttl
         self.links = links
         self.tries = RateLimiter(LOGIN_TRIES, {}, max_keys=10_000)
+        # Known names apart from the rest, so that trying made-up names never pushes the
+        # owner's count out; unknown names are counted alike, so a refusal tells no names.
+        self.known_tries = RateLimiter(ACCOUNT_TRIES, {}, max_keys=len(chat_users) + 1)
+        self.unknown_tries = RateLimiter(ACCOUNT_TRIES, {}, max_keys=MAX_NAMES)
         self._logins: OrderedDict[str, Login] = OrderedDict()
 
-    def may_try(self, client: str) -> bool:
-        """Whether this client may try a password or a link now; the try counts against it
-        unless `succeeded` gives it back."""
-        return self.tries.allow("login", client)
+    def may_try(self, client: str, user: str | None = None) -> bool:
+        """Whether this client may try a link, or a password of `user`, now; the try counts
+        against the client and the name unless `succeeded` gives it back."""
+        if not self.tries.allow("login", client):
+            log.warning("web.login_limited", client=client, by="address")
+            return False
+        if user is not None and not self._names(user).allow("login", user[:64]):
+            self.tries.refund("login", client)  # not tried: the address is not charged
+            log.warning("web.login_limited", client=client, user=user[:64], by="account")
+            return False
+        return True
 
-    def succeeded(self, client: str) -> None:
-        """A right password or link costs no try: only failures use up the minute's four."""
+    def succeeded(self, client: str, user: str | None = None) -> None:
+        """A right password or link costs no try: only failures use up an address's four a
+        minute and a name's six."""
         self.tries.refund("login", client)
+        if user is not None:
+            self._names(user).refund("login", user[:64])
+
+    def _names(self, user: str) -> RateLimiter:
+        known = user == OWNER or user in self.chat_users
+        return self.known_tries if known else self.unknown_tries
 
     async def check_password(self, user: str, password: str) -> tuple[str, Login] | None:
         """A login (and its cookie value) for a right password; the owner's name is

@@ -53,6 +53,9 @@ class Face:
     """Start work that outlives the request (a cron run started from the dashboard)."""
     posts: list[Posts] = field(default_factory=list)
     """The transports' posts taken at this server's address (Telegram's webhook)."""
+    upload_bytes: int = 0
+    """The most a web chat message's files may weigh together (the config's media.max_bytes):
+    the body limit of the page that sends one."""
 
 
 def face(
@@ -91,6 +94,7 @@ def face(
     named = [n for n in ("default", *config.agents) if n != config.default_agent]
     shown.agents = [config.default_agent, *named]
     shown.cron_timezone = config.cron.timezone
+    shown.upload_bytes = config.media.max_bytes
 
     def background(work: Callable[[], Awaitable[object]]) -> None:
         async def run() -> None:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from rousseau.web import clients
 from rousseau.web.auth import COOKIE, OWNER, Login, same
 from rousseau.web.dashboard import guarded, render
 from rousseau.web.face import Face
@@ -18,7 +19,9 @@ log = structlog.get_logger("rousseau.web")
 
 
 def _client(request: Request) -> str:
-    return request.client.host if request.client else "?"
+    """Who the limits count a try against: the peer's address, or the one a trusted proxy
+    names (web.trusted_proxies)."""
+    return clients.key(request.client.host) if request.client else "?"
 
 
 def _login_form(request: Request, error: str = "", status: int = 200) -> Response:
@@ -37,22 +40,20 @@ async def login_page(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     """The password form: double-submit CSRF (the form's token matches its cookie), four
-    failed tries a minute per client address."""
+    failed tries a minute per client address, six per account name (auth.ACCOUNT_TRIES)."""
     face: Face = request.app.state.face
     assert face.logins is not None
     form = await request.form()
     sent, cookie = str(form.get("csrf", "")), request.cookies.get("rousseau_login", "")
     if not cookie or not same(sent, cookie):
         return PlainTextResponse("missing or wrong CSRF token\n", status_code=403)
-    if not face.logins.may_try(_client(request)):
-        log.warning("web.login_limited", client=_client(request))
+    user = str(form.get("user", OWNER)).strip() or OWNER
+    if not face.logins.may_try(_client(request), user):
         return _login_form(request, "Too many tries: wait a minute.", status=429)
-    found = await face.logins.check_password(
-        str(form.get("user", OWNER)).strip() or OWNER, str(form.get("password", ""))
-    )
+    found = await face.logins.check_password(user, str(form.get("password", "")))
     if found is None:
         return _login_form(request, "Wrong name or password.", status=401)
-    face.logins.succeeded(_client(request))
+    face.logins.succeeded(_client(request), user)
     return _logged_in(request, *found)
 
 
@@ -74,7 +75,7 @@ def _logged_in(request: Request, token: str, login: Login) -> Response:
 
 def _secure(request: Request) -> bool:
     """Cookies only over https where the page is served over https (directly, or behind a
-    proxy on this host that says so) or the public address is https."""
+    trusted proxy that says so: web.trusted_proxies) or the public address is https."""
     face: Face = request.app.state.face
     public = face.config.public_url if face.config is not None else ""
     return request.url.scheme == "https" or public.startswith("https://")

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from rousseau.transports.abilities import Posts
 
 MAX_BYTES = 1024 * 1024
-"""The largest post taken (an update is a few kilobytes); larger ones are answered 413."""
+"""The largest post taken (an update is a few kilobytes); larger ones are answered 413 by
+the server's body limit (web/limits.py), before this route reads them."""
 
 
 def routes(posts: Iterable[Posts]) -> list[Route]:
@@ -25,18 +26,8 @@ def routes(posts: Iterable[Posts]) -> list[Route]:
 
 def _endpoint(posts: Posts) -> Callable[[Request], Awaitable[Response]]:
     async def take(request: Request) -> Response:
-        try:
-            declared = int(request.headers.get("content-length") or 0)
-        except ValueError:
-            return PlainTextResponse("", status_code=400)
-        if declared > MAX_BYTES:
-            return PlainTextResponse("", status_code=413)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_BYTES:
-                return PlainTextResponse("", status_code=413)
-        status, text = await posts.take(request.headers, bytes(body))
+        body = await request.body()  # at most MAX_BYTES: the server's body limit sees to it
+        status, text = await posts.take(request.headers, body)
         return PlainTextResponse(text, status_code=status)
 
     return take

@@ -24,6 +24,8 @@ ALICE_KEY = "rsk-alice-0123456789abcdefghijklmnop"
 BOB_KEY = "rsk-bob-0123456789abcdefghijklmnopqr"
 OWNER_CHAT = 42
 APPROVE_ME = "echo approve-me"
+PROXY = "127.0.0.8"
+"""The trusted proxy (web.trusted_proxies); other local addresses are not."""
 
 
 def model(recorded: Recorded) -> Reply:
@@ -94,6 +96,7 @@ class WebDaemon:
                             {"key": ALICE_KEY, "owner": "alice"},
                             {"key": BOB_KEY, "owner": "bob"},
                         ],
+                        "trusted_proxies": [PROXY],
                     },
                     "log": {"format": "json", "level": "info"},
                 }

@@ -54,6 +54,8 @@ def test_link_needs_the_web_section(tmp_path: Path) -> None:
         ({"api_keys": [{"key": "x" * 30, "owner": "al ice"}]}, "web.api_keys.0.owner"),
         ({"listen": "8080"}, "web.listen"),
         ({"pasword_hash": "x"}, "web.pasword_hash"),
+        ({"trusted_proxies": ["127.0.0.1", "proxy.local"]}, "web.trusted_proxies"),
+        ({"api_max_bytes": 10}, "web.api_max_bytes"),
     ],
 )
 def test_a_broken_web_section_names_the_key(

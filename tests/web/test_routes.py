@@ -11,7 +11,7 @@ import pytest
 from rousseau.config import WebConfig
 from rousseau.metrics import Metrics
 from rousseau.web.app import Face, build
-from tests.web.conftest import ALICE_KEY, PASSWORD, WebDaemon
+from tests.web.conftest import ALICE_KEY, PASSWORD, PROXY, WebDaemon
 
 OPEN = {"/healthz", "/metrics", "/login", "/login/link"}
 """Routes anyone may request (the login form and health, as before)."""
@@ -129,20 +129,26 @@ def test_the_session_cookie_is_httponly_and_strict(web_daemon: WebDaemon) -> Non
             if k == "set-cookie" and v.startswith("rousseau_session=")
         )
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Secure" not in cookie
-        # behind a proxy on this host that says https, the cookie is Secure
-        token2 = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)
-        assert token2 is not None
-        secure = client.post(
-            "/login",
-            data={"csrf": token2.group(1), "user": "owner", "password": PASSWORD},
-            headers={"x-forwarded-proto": "https"},
-        )
-        cookie = next(
-            v
-            for k, v in secure.headers.multi_items()
-            if k == "set-cookie" and v.startswith("rousseau_session=")
-        )
-        assert "Secure" in cookie
+    # Behind a trusted proxy that says https, the cookie is Secure; any other local process
+    # saying so is not believed.
+    import httpx
+
+    for local, secure in (("127.0.0.1", False), (PROXY, True)):
+        transport = httpx.HTTPTransport(local_address=local)
+        with httpx.Client(base_url=web_daemon.url, transport=transport) as client:
+            token = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)
+            assert token is not None
+            done = client.post(
+                "/login",
+                data={"csrf": token.group(1), "user": "owner", "password": PASSWORD},
+                headers={"x-forwarded-proto": "https"},
+            )
+            cookie = next(
+                v
+                for k, v in done.headers.multi_items()
+                if k == "set-cookie" and v.startswith("rousseau_session=")
+            )
+            assert ("Secure" in cookie) is secure, local
 
 
 def test_pages_carry_the_security_headers_and_no_secret(web_daemon: WebDaemon) -> None:
