@@ -53,6 +53,13 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"ok": healthy, "transports": state}, status_code=200 if healthy else 503)
 
 
+async def favicon(request: Request) -> Response:
+    """The icon browsers ask for at /favicon.ico whatever the page says (SVG, which they
+    take from any address)."""
+    icon = (HERE / "static" / "favicon.svg").read_bytes()
+    return Response(icon, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
 async def metrics(request: Request) -> Response:
     body = request.app.state.face.metrics.render()
     return Response(body, media_type="text/plain; version=0.0.4")
@@ -70,6 +77,7 @@ def build(face: Face) -> Starlette:
         from rousseau.web import api, dashboard, login
 
         routes += login.routes() + dashboard.routes() + api.routes()
+        routes.append(Route("/favicon.ico", favicon))
         face.conversations = face.conversations or api.Conversations()
         routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
     app = Starlette(routes=routes)

@@ -45,6 +45,7 @@ LINK_TTL = 900.0
 """A one-time link works this long (seconds) after `rousseau web link` made it."""
 LINKS = "web-login"
 """The key-value space (kept in the store) where one-time links wait to be used."""
+_USED = "used"  # a link's value once it has logged someone in
 OWNER = "owner"
 """The owner's name in the web chat (a chat user logs in under their own)."""
 
@@ -145,14 +146,23 @@ class Logins:
         log.info("web.login", user=user, by="password")
         return self._new(user, "owner" if role == "owner" else "chat")
 
+    async def link_state(self, token: str) -> Literal["fresh", "used", "expired", "unknown"]:
+        """What a link is, without using it: what its page says before the button."""
+        made = await self.links.get(link_key(token)) if token else None
+        if made is None:
+            return "unknown"
+        if made in ("", _USED):
+            return "used"
+        return "expired" if time.time() - float(made) > LINK_TTL else "fresh"
+
     async def use_link(self, token: str) -> tuple[str, Login] | None:
         """The owner's login (and its cookie value) for a link made within LINK_TTL and not
         used before."""
         key = link_key(token)
         made = await self.links.get(key)
-        if not made:
+        if made in (None, "", _USED):
             return None
-        await self.links.set(key, "")  # used: never again
+        await self.links.set(key, _USED)  # never again
         if time.time() - float(made) > LINK_TTL:
             return None
         log.info("web.login", user=OWNER, by="link")

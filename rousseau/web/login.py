@@ -83,8 +83,12 @@ def _secure(request: Request) -> bool:
 
 async def link_page(request: Request) -> Response:
     """A one-time link shows a button: opening the link alone (a chat app's preview of it)
-    logs no one in."""
-    return render(request, None, "link.html", token=request.query_params.get("token", ""))
+    logs no one in. A link that cannot log in any more says so instead."""
+    face: Face = request.app.state.face
+    assert face.logins is not None
+    token = request.query_params.get("token", "")
+    state = await face.logins.link_state(token)
+    return render(request, None, "link.html", token=token, state=state)
 
 
 async def link(request: Request) -> Response:

@@ -13,7 +13,7 @@ from rousseau.metrics import Metrics
 from rousseau.web.app import Face, build
 from tests.web.conftest import ALICE_KEY, PASSWORD, PROXY, WebDaemon
 
-OPEN = {"/healthz", "/metrics", "/login", "/login/link"}
+OPEN = {"/healthz", "/metrics", "/login", "/login/link", "/favicon.ico"}
 """Routes anyone may request (the login form and health, as before)."""
 
 
@@ -196,8 +196,14 @@ def test_a_one_time_link_logs_the_owner_in_once(web_daemon: WebDaemon) -> None:
     with web_daemon.client() as client:
         shown = client.get(link)  # opening it (a chat app's preview) logs no one in
         assert shown.status_code == 200 and "rousseau_session" not in client.cookies
+        assert "Log in as the owner" in shown.text
         used = client.post("/login/link", data={"token": token})
         assert used.status_code == 303 and "rousseau_session" in client.cookies
         assert client.get("/").status_code == 200
     with web_daemon.client() as again:
+        opened = again.get(link)  # a used link says so, where it showed the same button
+        assert "This link was used already" in opened.text
+        assert "Log in as the owner" not in opened.text
         assert again.post("/login/link", data={"token": token}).status_code == 401
+        icon = again.get("/favicon.ico")  # asked for by every page: not a 404 in the log
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
