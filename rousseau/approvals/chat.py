@@ -98,12 +98,16 @@ class ChatApprovals:
         self,
         *,
         owners: Sequence[str] = (),
+        also: Sequence[str] = (),
         timeout: float = 300.0,
         notify: Notify | None = None,
         splitters: Mapping[str, Splitter] | None = None,
     ) -> None:
         self.owners = frozenset(owners)
         """`transport:sender` ids; none configured: whoever asked for the turn decides."""
+        self.also = frozenset(also)
+        """Who may answer every request besides its owners (the owner logged in to the web
+        face, `web:owner`, who can answer on the dashboard anyway)."""
         self.timeout = timeout
         self.notify = notify
         self.splitters: Mapping[str, Splitter] = SPLITTERS if splitters is None else splitters
@@ -201,7 +205,7 @@ class ChatApprovals:
         if owners is None:
             return f"There is no approval {code} waiting (it may have timed out)."
         who = f"{inbound.transport}:{inbound.sender_id}"
-        if who not in owners:
+        if who not in owners and who not in self.also:
             log.warning("approvals.refused", code=code, sender=who)
             return f"Only an owner can answer {code}."
         allow = match.group(1).lower() in ("yes", "y", "approve")
@@ -214,7 +218,7 @@ class ChatApprovals:
         """Take the answers other daemons relay to this one's requests, until cancelled."""
         assert self.relay is not None
         async for code, allow, who in self.relay.answers():
-            self._decide(code, allow, who)
+            self._decide(code, allow, who, trusted=who in self.also)
 
     def answer(self, inbound: Inbound) -> str:
         """Settle the request an answer names; the reply for its sender."""
@@ -225,11 +229,12 @@ class ChatApprovals:
         if pending is None or pending.done.is_set():
             return f"There is no approval {code} waiting (it may have timed out)."
         who = f"{inbound.transport}:{inbound.sender_id}"
-        if who not in pending.owners:
+        if who not in pending.owners and who not in self.also:
             log.warning("approvals.refused", code=code, sender=who)
             return f"Only an owner can answer {code}."
         allow = verb in ("yes", "y", "approve")
-        self._decide(code, allow, who)
+        if not self._decide(code, allow, who, trusted=who in self.also):
+            return f"There is no approval {code} waiting (it may have timed out)."
         return f"{'Approved' if allow else 'Denied'} {code}."
 
     def decide(self, code: str, allow: bool, who: str) -> bool:

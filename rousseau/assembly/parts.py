@@ -159,7 +159,11 @@ async def assemble(
     cron_tool = CronTool(backend.jobs, timezone=default.cron.timezone)
     registry.register(cron_tool)
     sections = [default.agent, *default.agents.values()]
-    approvals = ChatApprovals() if any(a.approver is not None for a in sections) else None
+    # The owner logged in to the web face is an owner: told in its chat how to answer, and
+    # able to answer on the dashboard anyway.
+    also = [web.OWNER_SENDER] if default.web is not None else []
+    needed = any(a.approver is not None for a in sections)
+    approvals = ChatApprovals(also=also) if needed else None
     if approvals is not None and backend.cluster is not None:
         approvals.relay = backend.cluster.approvals()  # answered on any daemon
     agent = build_agent(default, provider, store, registry=registry, ask=_ask(approvals, default))

@@ -32,6 +32,7 @@ __all__ = [
     "CONNECTIONS",
     "HEALTH_CONNECTIONS",
     "HEALTH_PER_ADDRESS",
+    "OWNER_SENDER",
     "PER_ADDRESS",
     "STREAMING",
     "Face",
@@ -53,6 +54,9 @@ STREAMING = {
 }
 """How replies stream to a web page and to an API call: four updates a second (the page
 shows tool progress too)."""
+OWNER_SENDER = "web:owner"
+"""The owner logged in to the web face, as a `transport:sender` id: an owner of every
+approval (they answer on the dashboard anyway)."""
 CHOOSE_AGENT = frozenset({"api"})
 """Transports whose messages name their agent (the API: the model asked for)."""
 CONNECTIONS = 64

@@ -46,6 +46,8 @@ class Event:
     text: str = ""
     reply_to: str | None = None
     """The message it answers (the final part of a reply), as the router gave it."""
+    buttons: tuple[str, ...] = ()
+    """Answers the page offers as buttons (an approval's `yes CODE` and `no CODE`)."""
 
 
 class WebChat:
@@ -165,6 +167,7 @@ class WebChat:
                 id=message.replaces or secrets.token_hex(8),
                 text=text,
                 reply_to=message.reply_to,
+                buttons=message.buttons,
             ),
         )
 

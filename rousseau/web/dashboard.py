@@ -501,7 +501,12 @@ async def chat_events(request: Request, login: Login) -> Response:
                         return
                     yield ": still here\n\n"
                     continue
-                data = {"id": event.id, "text": event.text, "final": event.kind == "message"}
+                data = {
+                    "id": event.id,
+                    "text": event.text,
+                    "final": event.kind == "message",
+                    "buttons": list(event.buttons),
+                }
                 yield f"event: {event.kind}\ndata: {dumps(data)}\n\n"
 
     return _stream(events())

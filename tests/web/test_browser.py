@@ -116,6 +116,34 @@ def test_a_tool_approval_from_telegram_is_approved_live_from_the_page(
     assert asked and asked[0].chat_id == OWNER_CHAT  # the chat was asked too, as before
 
 
+def test_the_owner_in_the_web_chat_approves_a_tool_call_from_its_card(
+    page: Any, web_daemon: WebDaemon
+) -> None:
+    log_in(page)
+    page.goto("/chat")
+    page.get_by_label("Message").fill("use bash echo approve-me")
+    page.get_by_role("button", name="Send").click()
+    card = page.locator(".conversation .assistant.card").last
+    card.wait_for()  # the question, as a card with its answers as buttons
+    assert card.locator("code").first.inner_text() == "rousseau audit"  # no raw backticks
+    assert "`" not in card.locator(".text").inner_text()
+    card.get_by_role("button", name="Approve").click()  # the owner logged in is an owner
+    done = page.locator(".conversation .assistant", has_text="the tool said: approve-me")
+    try:
+        done.wait_for()
+    except Exception:
+        said = page.locator(".conversation").inner_text()
+        raise AssertionError(f"{said}\n{web_daemon.log.read_text()[-3000:]}") from None
+    assert "Only an owner" not in page.locator(".conversation").inner_text()
+    assert done.is_visible() and in_view(page, done)  # not under the composer
+
+
+def in_view(page: Any, item: Any) -> bool:
+    """The element's bottom is above the composer pinned to the window's bottom."""
+    box, composer = item.bounding_box(), page.locator("#say").bounding_box()
+    return box is not None and composer is not None and box["y"] + box["height"] <= composer["y"]
+
+
 def test_a_cron_job_is_disabled_and_run_now(page: Any, web_daemon: WebDaemon) -> None:
     telegram = web_daemon.telegram
     log_in(page)

@@ -22,7 +22,50 @@ function chat() {
   const text = document.getElementById("text");
   const shown = new Map();
 
-  function show(role, id, body, writing) {
+  // Text with `code` spans shown as code; built as nodes, so nothing in it is ever markup.
+  function written(div, body) {
+    div.replaceChildren();
+    body.split("`").forEach((piece, i) => {
+      if (i % 2) {
+        const code = document.createElement("code");
+        code.textContent = piece;
+        div.appendChild(code);
+      } else if (piece) {
+        div.appendChild(document.createTextNode(piece));
+      }
+    });
+  }
+
+  async function say(body) {
+    const data = new FormData();
+    data.append("text", body);
+    return fetch("/chat/send", {method: "POST", headers: {"x-csrf-token": csrf}, body: data});
+  }
+
+  // Answers offered as buttons (an approval: Approve and Deny); pressing one says its text.
+  function offer(item, buttons) {
+    item.querySelector(".answers")?.remove();
+    if (!buttons.length) return;
+    item.classList.add("card");
+    const row = document.createElement("div");
+    row.className = "answers";
+    for (const answer of buttons) {
+      const button = document.createElement("button");
+      button.type = "button";
+      const verb = answer.split(" ")[0].toLowerCase();
+      button.textContent = {yes: "Approve", no: "Deny"}[verb] || answer;
+      button.className = verb === "no" ? "secondary" : "";
+      button.addEventListener("click", async () => {
+        row.querySelectorAll("button").forEach((b) => { b.disabled = true; });
+        const sent = await say(answer);
+        show(sent.ok ? "user" : "error", null, sent.ok ? answer : await sent.text(), false);
+      });
+      row.appendChild(button);
+    }
+    item.appendChild(row);
+  }
+
+  function show(role, id, body, writing, buttons = []) {
     let item = id ? shown.get(id) : null;
     if (!item) {
       item = document.createElement("li");
@@ -33,9 +76,17 @@ function chat() {
       list.appendChild(item);
       if (id) shown.set(id, item);
     }
-    item.firstChild.textContent = body;
+    written(item.firstChild, body);
+    offer(item, buttons);
     item.classList.toggle("writing", writing);
-    item.scrollIntoView({block: "end"});
+    newest();
+  }
+
+  // The newest message in sight, above the composer pinned to the bottom.
+  function newest() {
+    const last = list.lastElementChild;
+    if (last) last.scrollIntoView({block: "end"});
+    window.scrollTo(0, document.documentElement.scrollHeight);
   }
 
   const events = new EventSource("/chat/events");
@@ -45,8 +96,9 @@ function chat() {
   });
   events.addEventListener("message", (e) => {
     const m = JSON.parse(e.data);
-    show("assistant", m.id, m.text, false);
+    show("assistant", m.id, m.text, false, m.buttons || []);
   });
+  newest();  // a long history opens at its end
 
   const file = document.getElementById("file");
   form.addEventListener("submit", async (e) => {
