@@ -418,8 +418,8 @@ async def audited(url: str) -> None:
 def test_commands_never_fall_back_to_a_local_file_when_the_state_is_postgresql(
     tmp_path: Path, cluster_config: tuple[dict[str, Any], FakeTelegram, FakeSlack, str]
 ) -> None:
-    """audit and doctor read the shared store; a command that works on SQLite alone says
-    so, where it had read and written a local file that no daemon sees."""
+    """audit and doctor read the shared store, where they had read a local file that no
+    daemon sees (chat, send, mcp and import-go: tests/test_commands_postgresql.py)."""
     config, _, _, url = cluster_config
     member = Member(tmp_path, "cli", config)
     anyio.run(audited, url)
@@ -427,13 +427,4 @@ def test_commands_never_fall_back_to_a_local_file_when_the_state_is_postgresql(
     doctor = cli(member, "doctor", check=False)
     store = next(line for line in doctor.splitlines() if line.split()[1:2] == ["store"])
     assert store.split()[0] == "ok" and "PostgreSQL reachable: 0 sessions" in store, doctor
-    for command in (["send", "telegram:1000", "hi"], ["chat", "-m", "hi"]):
-        done = subprocess.run(
-            [*ROUSSEAU, "--config", str(member.config), *command],
-            env={"PATH": os.environ["PATH"], "HOME": str(member.folder)},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode != 0 and "state.url is set" in done.stderr, done.stderr
     assert not (member.folder / "state.db").exists()  # nothing went to a local store

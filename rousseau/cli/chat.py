@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import TYPE_CHECKING, Any
 
-from rousseau.cli.common import close_provider, fail, load, open_store, state_folder
+from rousseau.cli.common import close_provider, fail, load, state_folder, with_state
 from rousseau.messages import DEFAULT_AGENT
 
 if TYPE_CHECKING:
     from rousseau.config import Config
+    from rousseau.state import SessionStore
+    from rousseau.state.backend import Backend
 
 
 def chat(args: argparse.Namespace) -> int:
-    import anyio
-
     from rousseau.assembly import agent_config
-    from rousseau.providers import build_provider, detect_provider
+    from rousseau.providers import detect_provider
 
     # The interactive chat keeps log lines out of the conversation: they go to a file.
     log_to = None if args.message is not None else state_folder() / "chat.log"
@@ -27,15 +28,22 @@ def chat(args: argparse.Namespace) -> int:
         return 2
     if args.agent != DEFAULT_AGENT:
         config, name = agent_config(config, args.agent, name)
-    with open_store(args, config) as store:
-        provider = build_provider(config, name, store=store)
-        if args.message is not None:
-            return anyio.run(_chat_once, config, provider, store, args)
-        anyio.run(_chat_interactive, config, provider, store, args, name)
-        return 0
+    return with_state(config, functools.partial(_chat, config, args, name))
 
 
-async def _open_session(store: Any, args: argparse.Namespace) -> Any:
+async def _chat(config: Config, args: argparse.Namespace, name: str, backend: Backend) -> int:
+    """The chat on the configured state (SQLite's file or PostgreSQL), through the store
+    protocol: its sessions are the daemons' own, listed and recalled with theirs."""
+    from rousseau.providers import build_provider
+
+    provider = build_provider(config, name, store=backend.store)
+    if args.message is not None:
+        return await _chat_once(config, provider, backend.store, args)
+    await _chat_interactive(config, provider, backend.store, args, name)
+    return 0
+
+
+async def _open_session(store: SessionStore, args: argparse.Namespace) -> Any:
     if args.session:
         session = await store.load_or_create(args.session)
     else:
@@ -45,7 +53,9 @@ async def _open_session(store: Any, args: argparse.Namespace) -> Any:
     return session
 
 
-async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.Namespace) -> int:
+async def _chat_once(
+    config: Config, provider: Any, store: SessionStore, args: argparse.Namespace
+) -> int:
     from rousseau.agent import RousseauError
     from rousseau.assembly import connected_agent
     from rousseau.cli.terminal import default_screen, run_turn
@@ -64,7 +74,7 @@ async def _chat_once(config: Config, provider: Any, store: Any, args: argparse.N
 
 
 async def _chat_interactive(
-    config: Config, provider: Any, store: Any, args: argparse.Namespace, name: str
+    config: Config, provider: Any, store: SessionStore, args: argparse.Namespace, name: str
 ) -> None:
     from rousseau.assembly import connected_agent
     from rousseau.cli.terminal import (

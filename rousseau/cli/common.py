@@ -56,22 +56,6 @@ def state_folder() -> Path:
     return Path(base) / "rousseau"
 
 
-def open_store(args: argparse.Namespace, config: Config | None = None) -> Any:
-    """The SQLite store of `config` (loaded from the arguments if not given), for the
-    commands that work on it alone; with `state.url` set they refuse, rather than read and
-    write a local file the daemons never see."""
-    from rousseau.agent import ConfigError
-    from rousseau.state import Store
-
-    config = config or load(args)
-    if config.state.url is not None:
-        raise ConfigError(
-            f"rousseau {args.command}: works on the SQLite store (state.path) only, and"
-            " state.url is set; run it where the state is SQLite"
-        )
-    return Store(config.state.path)
-
-
 def on_state(
     args: argparse.Namespace, use: Callable[[Backend], Awaitable[T]], config: Config | None = None
 ) -> T:

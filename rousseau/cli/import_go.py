@@ -13,16 +13,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio
-
-from rousseau.cli.common import load, open_store
+from rousseau.cli.common import load, with_state
 from rousseau.cron.jobs import CronError, CronJobs
 from rousseau.cron.targets import TargetError, parse_target
 from rousseau.state.import_go import GoImport, import_go_sessions
-from rousseau.state.sqlite_cron import SqliteCronJobs
 
 if TYPE_CHECKING:
-    from rousseau.state import Store
+    from rousseau.state import SessionStore
+    from rousseau.state.protocol import JobStore
 
 SHOWN_SKIPS = 20
 """Lines of "left out" printed before the rest are only counted."""
@@ -39,29 +37,34 @@ def import_go(args: argparse.Namespace) -> int:
     config = load(args)
     source = Path(args.path).expanduser()
     own = Path(config.state.path).expanduser()
-    if source.exists() and own.exists() and source.samefile(own):
+    if config.state.url is None and source.exists() and own.exists() and source.samefile(own):
         # Opening it as rousseau's store would fail on rousseau-agent's tables; say what to do.
         raise StoreError(
             f"{source} is also state.path, where rousseau keeps its own store; move it aside "
             f"(e.g. mv {source} {source.with_name('rousseau-agent.db')}) and import the moved file"
         )
-    with open_store(args, config) as store:
-        result = import_file(source, store, timezone=config.cron.timezone)
+    result = with_state(
+        config,
+        lambda backend: import_file(
+            source, backend.store, backend.jobs, timezone=config.cron.timezone
+        ),
+    )
     for line in report(result, str(source)):
         print(line)
     return 0
 
 
-def import_file(path: str | Path, store: Store, *, timezone: str = "local") -> GoImport:
+async def import_file(
+    path: str | Path, store: SessionStore, jobs: JobStore, *, timezone: str = "local"
+) -> GoImport:
     """Copy the sessions, messages and cron jobs of the rousseau-agent database at `path`.
 
-    Blocking (it runs its own event loop for the jobs): call it from a thread in async code.
     `timezone` is the zone of imported schedules without CRON_TZ= (rousseau-agent used the
     machine's). Raises StoreError when the file is missing or is not a rousseau-agent
     database."""
-    result = import_go_sessions(path, store)
+    result = await import_go_sessions(path, store)
     if result.jobs:
-        anyio.run(_add_jobs, CronJobs(SqliteCronJobs(store)), result, timezone)
+        await _add_jobs(CronJobs(jobs), result, timezone)
     return result
 
 

@@ -25,7 +25,7 @@ from rousseau.agent import (
     StreamEventKind,
     ToolUse,
 )
-from rousseau.state import Store
+from rousseau.state import SessionStore
 
 HELP = "Commands: /new starts a fresh session, /session shows its id, /exit quits (or Ctrl-D)."
 
@@ -179,7 +179,12 @@ class _Current:
 
 
 async def interactive(
-    agent: Agent, store: Store, session: Session, screen: Screen, reader: LineReader, banner: str
+    agent: Agent,
+    store: SessionStore,
+    session: Session,
+    screen: Screen,
+    reader: LineReader,
+    banner: str,
 ) -> None:
     """The chat loop: Ctrl-C stops a reply in progress, and quits at the prompt."""
     screen.info.write(banner + "\n")

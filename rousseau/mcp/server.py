@@ -12,15 +12,14 @@ import itertools
 import json
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import structlog
 
 from rousseau import __version__
 from rousseau.agent import AllowAllApprover, Approver, ToolCall, ToolOutput, ToolUse
 from rousseau.agent.loop import run_tool
 from rousseau.cron import describe
-from rousseau.state import Store
-from rousseau.state.sqlite_cron import SqliteCronJobs
+from rousseau.state import SessionStore
+from rousseau.state.protocol import JobStore
 from rousseau.tools import Registry, function_tool
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ def _json(value: Any) -> ToolOutput:
     return ToolOutput(content=json.dumps(value, ensure_ascii=False))
 
 
-def store_registry(store: Store) -> Registry:
+def store_registry(store: SessionStore, jobs: JobStore) -> Registry:
     """rousseau_search_sessions, rousseau_list_sessions, rousseau_read_session and
     rousseau_cron_list."""
 
@@ -71,8 +70,8 @@ def store_registry(store: Store) -> Registry:
         return _json([{"role": m.role.value, "text": m.text} for m in session.messages])
 
     async def cron(args: dict[str, Any], call: ToolCall) -> ToolOutput:
-        jobs = await SqliteCronJobs(store).all()
-        return ToolOutput(content="\n".join(describe(j) for j in jobs) or "no cron jobs")
+        found = await jobs.all()
+        return ToolOutput(content="\n".join(describe(j) for j in found) or "no cron jobs")
 
     limit = {"type": "integer", "minimum": 1, "maximum": 500}
     return Registry(
@@ -116,10 +115,12 @@ def store_registry(store: Store) -> Registry:
 
 
 class MCPServer:
-    def __init__(self, registry: Registry, approver: Approver, store: Store) -> None:
+    def __init__(
+        self, registry: Registry, approver: Approver, store: SessionStore, jobs: JobStore
+    ) -> None:
         self.registry = registry
         self.approver = approver
-        self.store_tools = store_registry(store)
+        self.store_tools = store_registry(store, jobs)
         self._ids = itertools.count(1)
 
     def tools(self) -> list[mcp_types.Tool]:
@@ -170,7 +171,3 @@ class MCPServer:
         server = self.server()
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
-
-
-def serve(registry: Registry, approver: Approver, store: Store) -> None:
-    anyio.run(MCPServer(registry, approver, store).serve_stdio)

@@ -14,6 +14,7 @@ import hashlib
 import mimetypes
 import os
 import re
+import shutil
 import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,17 +27,20 @@ import anyio
 import structlog
 
 from rousseau.agent import Attachment, ProviderError
+from rousseau.media.download import PARTIAL, Download, TooLarge
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TYPES",
     "MAX_NAME",
     "BlobStore",
+    "Download",
     "Incoming",
     "MediaIntake",
     "MediaLimits",
     "MediaRejected",
     "Taken",
+    "TooLarge",
     "Transcribes",
     "media_type_of",
     "move_to_workspace",
@@ -107,6 +111,20 @@ class MediaLimits:
                 f" the limit is {_mb(self.max_bytes)}."
             )
 
+    def stopped(self, name: str, media_type: str, *, together: bool) -> MediaRejected:
+        """The refusal for a file whose download went past the limit (its size unknown,
+        or not what the platform said): `together`, past what the message's earlier files
+        left of it."""
+        if together:
+            return MediaRejected(
+                f"Sorry, these files are too large together; the limit is {_mb(self.max_bytes)}."
+            )
+        label = safe_name(name) if name else media_type
+        return MediaRejected(
+            f"Sorry, {label} is too large (more than {_mb(self.max_bytes)}); the limit is"
+            f" {_mb(self.max_bytes)}."
+        )
+
 
 def _mb(n: int) -> str:
     return f"{n / 1_000_000:.1f} MB"
@@ -152,6 +170,28 @@ class BlobStore:
             lambda: self.put_sync(data, media_type=media_type, name=name)
         )
 
+    def download(self, limit: int) -> Download:
+        """A file to receive into this store, at most `limit` bytes (see `keep`)."""
+        return Download(self.folder, limit=limit)
+
+    async def keep(self, download: Download, *, media_type: str, name: str = "") -> Attachment:
+        """A received file moved into the store (once: the same bytes again cost nothing)
+        and described."""
+        sha256 = await download.finish()
+        if not download.written:  # nothing came: the empty file
+            return await self.put(b"", media_type=media_type, name=name)
+        await anyio.to_thread.run_sync(self._move_in, download.path, sha256)
+        return Attachment(sha256=sha256, media_type=media_type, size=download.size, name=name)
+
+    def _move_in(self, received: Path, sha256: str) -> None:
+        path = self.path_of(sha256)
+        if path.exists():  # stored before: now in use again, so young for the sweep
+            os.utime(path)
+            received.unlink()
+        else:
+            path.parent.mkdir(exist_ok=True, mode=0o700)
+            os.replace(received, path)
+
     def read_sync(self, sha256: str) -> bytes | None:
         try:
             return self.path_of(sha256).read_bytes()
@@ -170,6 +210,11 @@ class BlobStore:
             return 0
         for bucket in os.scandir(self.folder):
             if not bucket.is_dir(follow_symlinks=False):
+                continue
+            if bucket.name == PARTIAL:  # downloads a crash left unfinished
+                for entry in os.scandir(bucket.path):
+                    if entry.stat(follow_symlinks=False).st_mtime < older_than:
+                        os.unlink(entry.path)
                 continue
             for entry in os.scandir(bucket.path):
                 if (
@@ -211,11 +256,12 @@ def _shown(char: str) -> str:
     return f"[U+{ord(char):04X}]" if unicodedata.category(char) == "Cf" else char
 
 
-def save_to_workspace(workspace: Path, name: str, data: bytes, *, today: date) -> str:
-    """Write an inbound file to `inbox/YYYY-MM-DD/NAME` in the workspace and return that
-    path, relative to the workspace. The name is sanitised; an existing file is never
-    overwritten (`NAME (2).ext`, ...); a folder on the way that leads out of the workspace
-    (a symlink the agent made) is refused with PermissionError."""
+def save_to_workspace(workspace: Path, name: str, data: bytes | Path, *, today: date) -> str:
+    """Write an inbound file (its bytes, or the file at a path, copied) to
+    `inbox/YYYY-MM-DD/NAME` in the workspace and return that path, relative to the workspace.
+    The name is sanitised; an existing file is never overwritten (`NAME (2).ext`, ...); a
+    folder on the way that leads out of the workspace (a symlink the agent made) is refused
+    with PermissionError."""
     workspace.mkdir(parents=True, exist_ok=True)
     root = workspace.resolve()
     folder = root
@@ -244,7 +290,11 @@ def save_to_workspace(workspace: Path, name: str, data: bytes, *, today: date) -
                 continue
             raise
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if isinstance(data, Path):
+                with data.open("rb") as source:
+                    shutil.copyfileobj(source, f)
+            else:
+                f.write(data)
         return path.relative_to(root).as_posix()
     raise FileExistsError(f"too many files named {stem} in {folder}")
 
@@ -257,9 +307,11 @@ class Incoming:
     media_type: str
     """As the platform reports it (kept as media_type_of makes it)."""
     size: int | None
-    """As the platform reports it (None if it does not); checked again once downloaded."""
-    fetch: Callable[[], Awaitable[bytes]]
-    """Downloads it through the platform's SDK."""
+    """As the platform reports it (None if it does not); never trusted: the download
+    itself stops at the limit."""
+    fetch: Callable[[Download], Awaitable[None]]
+    """Downloads it through the platform's SDK into the download given, which stops it at
+    the limit (TooLarge)."""
     voice: bool = False
     """A voice note (spoken to the bot), to be transcribed where that is set up."""
     duration: float | None = None
@@ -290,14 +342,15 @@ async def move_to_workspace(
 ) -> Attachment:
     """A file that arrived into `source`'s inbox/, moved to `target`'s: the agent answering
     works in another workspace than the one files are taken into (see rousseau.agents)."""
-    data = await blobs.read(attachment.sha256)
-    saved = await _copy_to(target, attachment.name, data) if data is not None else ""
+    blob = blobs.path_of(attachment.sha256)
+    present = await anyio.to_thread.run_sync(blob.is_file)
+    saved = await _copy_to(target, attachment.name, blob) if present else ""
     if attachment.saved_as:  # not left where the other agent's tools would find it
         await anyio.to_thread.run_sync(_remove_copy, source, attachment.saved_as)
     return replace(attachment, saved_as=saved)
 
 
-async def _copy_to(workspace: Path, name: str, data: bytes) -> str:
+async def _copy_to(workspace: Path, name: str, data: bytes | Path) -> str:
     """A file's copy in the workspace's inbox/ (see save_to_workspace), or "" when it cannot
     be made: the file is still kept in the blob store."""
     save = functools.partial(save_to_workspace, workspace, name, data, today=date.today())
@@ -333,30 +386,47 @@ class MediaIntake:
     async def take(self, files: Sequence[Incoming]) -> Taken:
         """The stored attachments (and voice notes' transcripts), or the polite refusal.
         Files of a type not taken in are left out, each named in a note, so the message is
-        still answered (a signature or a calendar invite beside the text of a mail)."""
+        still answered (a signature or a calendar invite beside the text of a mail).
+
+        Each file is streamed to disk, stopped where it passes what the limit leaves of it
+        whatever its platform declared; a refused message leaves nothing in the store."""
         skipped = [
             f"[not taken: {safe_name(f.name)} ({f.media_type})]"
             for f in files
             if not self.limits.allows(f.media_type)
         ]
         files = [f for f in files if self.limits.allows(f.media_type)]
+        received: list[tuple[Incoming, Download]] = []
         try:
             self.limits.check([(f.name, f.media_type, f.size or 0) for f in files])
-            got = [(f, await f.fetch()) for f in files]
-            self.limits.check([(f.name, f.media_type, len(data)) for f, data in got])
+            left = self.limits.max_bytes
+            for f in files:
+                download = self.blobs.download(left)
+                received.append((f, download))
+                try:
+                    await f.fetch(download)
+                except TooLarge:
+                    together = left < self.limits.max_bytes
+                    raise self.limits.stopped(f.name, f.media_type, together=together) from None
+                left -= download.size
+            transcripts = [await self._transcript(f, d) for f, d in received if f.voice]
+            stored: list[Attachment] = []
+            for f, download in received:
+                name = safe_name(f.name)  # what the model is shown, too
+                attachment = await self.blobs.keep(download, media_type=f.media_type, name=name)
+                blob = self.blobs.path_of(attachment.sha256)
+                saved = await _copy_to(self.workspace, name, blob)
+                stored.append(replace(attachment, saved_as=saved))
         except MediaRejected as refused:
             return Taken(refusal=str(refused))
-        transcripts = [await self._transcript(f, data) for f, data in got if f.voice]
-        stored: list[Attachment] = []
-        for f, data in got:
-            name = safe_name(f.name)  # what the model is shown, too
-            attachment = await self.blobs.put(data, media_type=f.media_type, name=name)
-            saved = await _copy_to(self.workspace, name, data)
-            stored.append(replace(attachment, saved_as=saved))
+        finally:
+            for _, download in received:
+                await download.discard()  # nothing once kept
         return Taken(attachments=tuple(stored), notes=(*transcripts, *skipped))
 
-    async def _transcript(self, voice: Incoming, data: bytes) -> str:
-        """`[voice note, 0:42] what was said`, or a line saying why there is no text."""
+    async def _transcript(self, voice: Incoming, download: Download) -> str:
+        """`[voice note, 0:42] what was said`, or a line saying why there is no text. The
+        transcription API takes the audio in one request: read whole, within the limit."""
         label = "[voice note]"
         if voice.duration is not None:
             seconds = int(voice.duration)
@@ -365,7 +435,7 @@ class MediaIntake:
             return f"{label} (not transcribed: media.transcription is not set up)"
         try:
             text = await self.transcriber.transcribe(
-                data, name=voice.name, media_type=voice.media_type
+                await download.read(), name=voice.name, media_type=voice.media_type
             )
         except ProviderError as exc:
             _log.warning("media.transcription_failed", error=str(exc))

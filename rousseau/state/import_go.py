@@ -1,4 +1,5 @@
-"""Copy a rousseau-agent (Go) sessions.db into rousseau's store.
+"""Copy a rousseau-agent (Go) sessions.db into rousseau's store, SQLite or PostgreSQL (each
+session through the store protocol's import_session).
 
 The Go daemon keeps each session as one JSON payload row, the WhatsApp sender of a chat in
 `jid_sessions`, and scheduled prompts in `cron_jobs` with a bare recipient (a WhatsApp JID
@@ -14,18 +15,22 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from rousseau.agent import Content, Message, Role, StoreError, ToolResult, ToolUse
-from rousseau.state.store import TITLE_LENGTH, Store, title_of
+from rousseau.state.protocol import SessionStore
+from rousseau.state.records import ImportedSession
+from rousseau.state.store import Store, title_of
 
 _NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/sebastienrousseau/rousseau-agent")
 _SESSION_COLUMNS = {"id", "title", "payload", "created_at", "updated_at"}
+_BATCH = 100
+"""Sessions read from the file at a time: their payloads can be large."""
 UNKNOWN_OWNER = "rousseau-agent"
 """The owner prefix of sessions whose transport cannot be told: recalled only with scope all."""
 
@@ -74,55 +79,72 @@ def session_id_for(go_id: str) -> str:
     return uuid.uuid5(_NAMESPACE, go_id).hex[:12]
 
 
-def import_go_sessions(path: str | Path, store: Store) -> GoImport:
+async def import_go_sessions(path: str | Path, store: SessionStore) -> GoImport:
     """Copy the sessions and messages of the rousseau-agent database at `path`, and read its
     cron jobs (into GoImport.jobs).
 
-    Blocking: call it from a thread in async code. The file is opened read-only. Raises
-    StoreError when the file is missing or is not a rousseau-agent database.
+    The file is opened read-only and read on worker threads. Raises StoreError when the file
+    is missing or is not a rousseau-agent database.
     """
+    own = str(store.path) if isinstance(store, Store) and store.path != ":memory:" else None
+    result = GoImport()
+    go = await anyio.to_thread.run_sync(_open, path, own)
+    try:
+        tables, jids, sessions = await anyio.to_thread.run_sync(_start, go)
+        while batch := await anyio.to_thread.run_sync(sessions.fetchmany, _BATCH):
+            for row in batch:
+                await _import_session(store, row, jids.get(row[0]), result)
+        if "cron_jobs" in tables:
+            result.jobs = await anyio.to_thread.run_sync(_jobs, go)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from None
+    finally:
+        go.close()
+    return result
+
+
+def _start(go: sqlite3.Connection) -> tuple[set[str], dict[str, str], sqlite3.Cursor]:
+    """The file's tables, its senders' sessions, and a cursor over its sessions."""
+    tables = {r[0] for r in go.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    jids = _jids(go) if "jid_sessions" in tables else {}
+    sessions = go.execute(
+        "SELECT id, title, payload, created_at, updated_at FROM sessions ORDER BY created_at, id"
+    )
+    return tables, jids, sessions
+
+
+def _jobs(go: sqlite3.Connection) -> list[GoJob]:
+    jobs = go.execute(
+        "SELECT name, cron_expr, prompt, deliver_to, enabled FROM cron_jobs"
+        " ORDER BY created_at, name"
+    )
+    return [
+        GoJob(
+            name=str(name).strip(),
+            expr=str(expr),
+            prompt=str(prompt),
+            recipient=str(recipient or ""),
+            enabled=bool(enabled),
+        )
+        for name, expr, prompt, recipient, enabled in jobs
+    ]
+
+
+def _open(path: str | Path, own: str | None) -> sqlite3.Connection:
+    """The file, read-only; never rousseau's own store (`own`, its path) by mistake."""
     source = Path(path).expanduser()
-    if store.path != ":memory:" and source.exists() and source.samefile(store.path):
+    if own is not None and source.exists() and source.samefile(own):
         raise StoreError(
             f"{source} is rousseau's own store (state.path); move the rousseau-agent database "
             "aside, point state.path elsewhere, and import the moved file"
         )
-    result = GoImport()
-    with closing(_open(source)) as go:
-        try:
-            tables = {r[0] for r in go.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            jids = _jids(go) if "jid_sessions" in tables else {}
-            sessions = go.execute(
-                "SELECT id, title, payload, created_at, updated_at FROM sessions"
-                " ORDER BY created_at, id"
-            )
-            for row in sessions:
-                _import_session(store, row, jids.get(row[0]), result)
-            if "cron_jobs" in tables:
-                jobs = go.execute(
-                    "SELECT name, cron_expr, prompt, deliver_to, enabled FROM cron_jobs"
-                    " ORDER BY created_at, name"
-                )
-                result.jobs = [
-                    GoJob(
-                        name=str(name).strip(),
-                        expr=str(expr),
-                        prompt=str(prompt),
-                        recipient=str(recipient or ""),
-                        enabled=bool(enabled),
-                    )
-                    for name, expr, prompt, recipient, enabled in jobs
-                ]
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read {source}: {exc}") from None
-    return result
-
-
-def _open(source: Path) -> sqlite3.Connection:
     if not source.is_file():
         raise StoreError(f"no rousseau-agent database at {source}")
     try:
-        db = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=15.0)
+        # Used by one worker thread at a time, whichever anyio picks: never at once.
+        db = sqlite3.connect(
+            f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=15.0, check_same_thread=False
+        )
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {source}: {exc}") from None
     try:
@@ -166,12 +188,10 @@ class _Left:
         return ", ".join(parts)
 
 
-def _import_session(store: Store, row: tuple[Any, ...], jid: str | None, result: GoImport) -> None:
+async def _import_session(
+    store: SessionStore, row: tuple[Any, ...], jid: str | None, result: GoImport
+) -> None:
     go_id, title = str(row[0]), str(row[1] or "")
-    sid = session_id_for(go_id)
-    if store.call_sync(_has_session(sid)):
-        result.sessions_present += 1
-        return
     created = _epoch(row[3]) or time.time()
     left = _Left()
     messages = _messages(row[2], created, left)
@@ -181,57 +201,33 @@ def _import_session(store: Store, row: tuple[Any, ...], jid: str | None, result:
     if not messages:
         result.empty_sessions += 1
         return
-    if note := left.describe():
-        result.skipped.append(f"session {go_id}: {note}")
     # Only a chat's current session (the one jid_sessions names) is continued by its chat;
     # older ones carry the sender in their title.
     owner, chat, key = _scope(jid) if jid else (None, None, None)
     if jid is None and title.startswith("chat: "):
         owner, chat, _ = _scope(title.removeprefix("chat: ").strip())
     first_user = next((m.text for m, _ in messages if m.role is Role.USER and m.text), "")
-    head = title.strip() or title_of(first_user)
-    updated = _epoch(row[4]) or messages[-1][1]
-
-    def op(db: sqlite3.Connection) -> int:
-        db.execute(
-            "INSERT INTO sessions (id, title, created_at, updated_at, message_count, owner, chat)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (sid, head[:TITLE_LENGTH], created, updated, len(messages), owner, chat),
+    copied = await store.import_session(
+        ImportedSession(
+            id=session_id_for(go_id),
+            title=title.strip() or title_of(first_user),
+            created_at=created,
+            updated_at=_epoch(row[4]) or messages[-1][1],
+            owner=owner,
+            chat=chat,
+            messages=messages,
+            chat_key=key,
         )
-        db.executemany(
-            "INSERT INTO messages (session_id, role, content, text, created_at)"
-            " VALUES (?, ?, ?, ?, ?)",
-            [
-                (
-                    sid,
-                    m.role.value,
-                    json.dumps([c.to_dict() for c in m.content], ensure_ascii=False),
-                    m.text,
-                    at,
-                )
-                for m, at in messages
-            ],
-        )
-        if key is None:
-            return 0
-        bound = db.execute(
-            "INSERT INTO chat_sessions (session_key, session_id, updated_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (session_key) DO NOTHING",
-            (key, sid, time.time()),
-        )
-        return bound.rowcount
-
-    result.chats += store.call_sync(op, write=True)
+    )
+    if not copied.copied:
+        result.sessions_present += 1
+        return
+    if note := left.describe():
+        result.skipped.append(f"session {go_id}: {note}")
+    result.chats += copied.bound
     result.sessions += 1
     result.messages += len(messages)
     result.tool_calls += sum(len(m.tool_uses) for m, _ in messages)
-
-
-def _has_session(sid: str) -> Callable[[sqlite3.Connection], bool]:
-    def op(db: sqlite3.Connection) -> bool:
-        return db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
-
-    return op
 
 
 def _messages(payload: Any, created: float, left: _Left) -> list[tuple[Message, float]] | None:

@@ -24,9 +24,11 @@ from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.migrations import Migration
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.recall import CANDIDATES, RANKED, probed, rarest, words_of
+from rousseau.state.records import ImportedSession, SessionCopied
 from rousseau.state.store import (
     TITLE_LENGTH,
     decode_message,
+    encode_content,
     new_session_id,
     resolved,
     title_of,
@@ -386,7 +388,7 @@ class PostgresStore:
     async def append_message(
         self, session_id: str, message: Message, usage: Usage | None = None
     ) -> None:
-        content = json.dumps([c.to_dict() for c in message.content], ensure_ascii=False)
+        content = encode_content(message)
         text = message.text
         title = title_of(text) if message.role is Role.USER else ""
         u = usage or Usage()
@@ -510,6 +512,40 @@ class PostgresStore:
             cache_read_tokens=int(r[3]),
             cache_write_tokens=int(r[4]),
         )
+
+    async def import_session(self, imported: ImportedSession) -> SessionCopied:
+        s = imported
+        async with self.transaction() as db:
+            added = await db.execute(
+                "INSERT INTO sessions (id, title, created_at, updated_at, message_count, owner,"
+                " chat) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                (
+                    *(s.id, s.title[:TITLE_LENGTH], s.created_at, s.updated_at),
+                    *(len(s.messages), s.owner, s.chat),
+                ),
+            )
+            if not added.rowcount:
+                return SessionCopied(copied=False)
+            async with db.cursor() as cursor:
+                await cursor.executemany(
+                    "INSERT INTO messages (session_id, role, content, text, words, created_at)"
+                    " VALUES (%s, %s, %s, %s, to_tsvector('simple', %s), %s)",
+                    [
+                        (
+                            *(s.id, m.role.value, encode_content(m), m.text),
+                            *(" ".join(words_of(m.text, recall=False)), at),
+                        )
+                        for m, at in s.messages
+                    ],
+                )
+            if s.chat_key is None:
+                return SessionCopied(copied=True)
+            bound = await db.execute(
+                "INSERT INTO chat_sessions (session_key, session_id, updated_at)"
+                " VALUES (%s, %s, %s) ON CONFLICT (session_key) DO NOTHING",
+                (s.chat_key, s.id, time.time()),
+            )
+            return SessionCopied(copied=True, bound=bool(bound.rowcount))
 
     async def delete_session(self, session_id: str) -> bool:
         async with self.transaction() as db:

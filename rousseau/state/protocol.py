@@ -19,6 +19,7 @@ from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.records import (
     CronJob,
     CronRun,
+    ImportedSession,
     Misfire,
     OutboxRow,
     PairingCode,
@@ -26,6 +27,7 @@ from rousseau.state.records import (
     Progress,
     Retention,
     RunStatus,
+    SessionCopied,
 )
 
 if TYPE_CHECKING:
@@ -132,6 +134,11 @@ class SessionStore(MessageLog, AuditLog, Protocol):
 
     async def totals(self) -> tuple[int, Usage]:
         """How many sessions there are and what they cost, all together."""
+        ...
+
+    async def import_session(self, imported: ImportedSession) -> SessionCopied:
+        """Copy a session with its messages (and its chat's binding) in one transaction;
+        one whose id is here already is left alone."""
         ...
 
     async def aclose(self) -> None: ...

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from rousseau.agent import Attachment, Content
+from rousseau.agent import Attachment, Content, Message
 from rousseau.messages import DEFAULT_AGENT, Outbound
 
 MAX_PENDING_CODES = 20
@@ -34,6 +34,37 @@ class Retention(Protocol):
     cron_runs: float
     compacted: float | None
     """None: messages a summary replaced are kept for good."""
+
+
+# -- sessions copied in ---------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class ImportedSession:
+    """A session copied whole from another database (rousseau-agent's), its times kept."""
+
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+    owner: str | None
+    """Whose session it is, as the router records it (None: the local user's)."""
+    chat: str | None
+    messages: list[tuple[Message, float]]
+    """Oldest first, each with when it was said."""
+    chat_key: str | None = None
+    """The chat whose next message continues it (`transport:chat`), unless that chat is
+    bound to a session already."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SessionCopied:
+    """What `import_session` did."""
+
+    copied: bool
+    """False: a session of that id was there already, and was left as it was."""
+    bound: bool = False
+    """Its chat now continues it."""
 
 
 # -- inbox and outbox -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from rousseau.private import private_file
 from rousseau.state.checkpoint import BACKSTOP_PAGES, Checkpointer
 from rousseau.state.migrations import migrate
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
+from rousseau.state.records import ImportedSession, SessionCopied
 from rousseau.state.worker import DBWorker, WorkerTimeout
 
 T = TypeVar("T")
@@ -205,7 +206,7 @@ class Store:
     def _append(
         session_id: str, message: Message, usage: Usage | None
     ) -> Callable[[sqlite3.Connection], None]:
-        content = json.dumps([c.to_dict() for c in message.content], ensure_ascii=False)
+        content = encode_content(message)
         text = message.text
         title = title_of(text) if message.role is Role.USER else ""
         u = usage or Usage()
@@ -494,6 +495,36 @@ class Store:
     async def totals(self) -> tuple[int, Usage]:
         return await self.call(self._usage_total)
 
+    async def import_session(self, imported: ImportedSession) -> SessionCopied:
+        s = imported
+
+        def op(db: sqlite3.Connection) -> SessionCopied:
+            added = db.execute(
+                "INSERT INTO sessions (id, title, created_at, updated_at, message_count, owner,"
+                " chat) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (
+                    *(s.id, s.title[:TITLE_LENGTH], s.created_at, s.updated_at),
+                    *(len(s.messages), s.owner, s.chat),
+                ),
+            )
+            if not added.rowcount:
+                return SessionCopied(copied=False)
+            db.executemany(
+                "INSERT INTO messages (session_id, role, content, text, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(s.id, m.role.value, encode_content(m), m.text, at) for m, at in s.messages],
+            )
+            if s.chat_key is None:
+                return SessionCopied(copied=True)
+            bound = db.execute(
+                "INSERT INTO chat_sessions (session_key, session_id, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (session_key) DO NOTHING",
+                (s.chat_key, s.id, time.time()),
+            )
+            return SessionCopied(copied=True, bound=bool(bound.rowcount))
+
+        return await self.call(op, write=True)
+
     async def info(self, session_id: str) -> SessionInfo | None:
         found = await self.call(self._list(1, session_id))
         return found[0] if found else None
@@ -642,6 +673,11 @@ def tool_call_of(r: tuple[Any, ...]) -> ToolCallRecord:
         duration=r[7],
         outcome=r[8],
     )
+
+
+def encode_content(message: Message) -> str:
+    """A message's content as its row keeps it (decode_message reads it back)."""
+    return json.dumps([c.to_dict() for c in message.content], ensure_ascii=False)
 
 
 def decode_message(role: str, content: str) -> Message:

@@ -24,7 +24,8 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake
+from rousseau.media import Download, Incoming, MediaIntake
+from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.unreadable import Unreadable, checked, ident, number, refuse, text
@@ -126,16 +127,28 @@ class IMessageTransport:
         path: str,
         body: dict[str, Any] | None = None,
         files: dict[str, tuple[str, bytes, str]] | None = None,
+        *,
+        into: Download | None = None,
     ) -> httpx.Response:
         """The answer to one call, unless the server refused it (then an error, the
-        password masked)."""
+        password masked). With `into`, its body is streamed there (stopped at the
+        download's limit) rather than read."""
         import httpx
 
         form = {"json": body} if files is None else {"data": body, "files": files}
+        client = self._http()
+        request = client.build_request(method, path, params={"password": self.password}, **form)
         try:
-            response = await self._http().request(
-                method, path, params={"password": self.password}, **form
-            )
+            response = await client.send(request, stream=True)
+            try:
+                if response.status_code != 200 or into is None:
+                    await response.aread()
+                else:
+                    length = response.headers.get("content-length")
+                    into.declared(int(length) if length and length.isdigit() else None)
+                    await into.write_all(response.aiter_bytes(CHUNK))
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             detail = describe(f"{type(exc).__name__} {exc}", self.password)
             raise IMessageError(f"imessage: {path}: {detail}") from None
@@ -276,16 +289,15 @@ class IMessageTransport:
             if isinstance(a, dict) and a.get("guid")
         ]
 
-    async def _download(self, guid: str) -> bytes:
+    async def _download(self, guid: str, into: Download) -> None:
         from urllib.parse import quote
 
         try:
-            response = await self._request("GET", f"/api/v1/attachment/{quote(guid)}/download")
+            await self._request("GET", f"/api/v1/attachment/{quote(guid)}/download", into=into)
         except IMessageError as exc:
             if getattr(exc, "status", 0) in (404, 410):
                 raise _Gone(str(exc)) from exc
             raise
-        return response.content
 
     async def send(self, message: Outbound) -> None:
         if message.attachment is not None:

@@ -27,7 +27,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake
+from rousseau.media import Download, Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.unreadable import checked, refuse, repaired
@@ -52,7 +52,10 @@ _SKIP = frozenset({"script", "style", "head", "title"})
 _TRY_LATER = ("[UNAVAILABLE]", "[INUSE]")
 """IMAP response codes (RFC 5530) of a login refused for now, not for good."""
 _FETCH = 20
-"""Unseen mails fetched in one command (their bodies are held at once)."""
+"""Unseen mails looked at in one round (their sizes fetched in one command)."""
+_TEXT_ROOM = 2_000_000
+"""Bytes of a mail read beyond what its files may take (base64 makes them a third larger):
+room for its headers and text."""
 
 
 class MailError(TransportError):
@@ -149,6 +152,11 @@ def _address(value: str | None) -> str:
 def _addresses(message: EmailMessage, *names: str) -> list[str]:
     values = [str(v) for name in names for v in message.get_all(name, [])]
     return [addr.lower() for _, addr in getaddresses(values) if addr]
+
+
+def _number(value: object) -> int:
+    """A size the server gave (0 if it gave none)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _sender_of(raw: object) -> str:
@@ -406,16 +414,18 @@ class EmailTransport:
                 await self._take(client, handler, uids[start : start + _FETCH])
 
     async def _take(self, client: IMAPClient, handler: InboundHandler, uids: list[int]) -> None:
-        """Messages read without marking them (one command), handed over by sender (see
+        """Messages read without marking them (see _bodies), handed over by sender (see
         take_by_chat), then those taken marked seen (one command). One that failed stays
         unseen, and with it what its sender sent after it: taken again at the next drain."""
-        fetched = await self._call(client.fetch, uids, ["BODY.PEEK[]"])
-        mails = [(uid, fetched.get(uid, {}).get(b"BODY[]")) for uid in uids]
+        sized = await self._call(client.fetch, uids, ["RFC822.SIZE"])
+        sizes = {uid: _number(sized.get(uid, {}).get(b"RFC822.SIZE")) for uid in uids}
+        bodies, cut = await self._bodies(client, sizes)
+        mails = [(uid, bodies.get(uid), sizes[uid] if uid in cut else 0) for uid in uids]
         taken: list[int] = []
 
-        async def take(mail: tuple[int, object]) -> None:
-            uid, raw = mail
-            read = self._read(raw, uid) if isinstance(raw, bytes) else None
+        async def take(mail: tuple[int, object, int]) -> None:
+            uid, raw, cut = mail
+            read = self._read(raw, uid, cut=cut) if isinstance(raw, bytes) else None
             if read is not None:
                 inbound, thread, files = read
                 await self._state.set(f"thread:{inbound.message_id}", thread.dumps())
@@ -428,22 +438,58 @@ class EmailTransport:
         if failed:
             raise failed[min(failed)]
 
-    def _read(self, raw: bytes, uid: int) -> tuple[Inbound, Thread, list[Incoming]] | None:
+    async def _bodies(
+        self, client: IMAPClient, sizes: dict[int, int]
+    ) -> tuple[dict[int, object], set[int]]:
+        """The mails' bytes, without marking them seen, and those read only in part.
+        imapclient gives a mail's body whole, never as a stream, so the server's size of
+        each bounds what is held: mails are fetched in groups of at most `most` bytes
+        together, and one larger than that only up to it (its files are then refused)."""
+        files = self.media.limits.max_bytes * 4 // 3 if self.media is not None else 0
+        most = files + _TEXT_ROOM
+        bodies: dict[int, object] = {}
+        cut: set[int] = set()
+        group: list[int] = []
+        for uid in sorted(sizes):
+            if sizes[uid] > most:
+                fetched = await self._call(client.fetch, [uid], [f"BODY.PEEK[]<0.{most}>"])
+                bodies[uid] = fetched.get(uid, {}).get(b"BODY[]<0>")
+                cut.add(uid)
+                continue
+            if group and sum(sizes[u] for u in group) + sizes[uid] > most:
+                bodies |= await self._whole(client, group)
+                group = []
+            group.append(uid)
+        if group:
+            bodies |= await self._whole(client, group)
+        return bodies, cut
+
+    async def _whole(self, client: IMAPClient, uids: list[int]) -> dict[int, object]:
+        fetched = await self._call(client.fetch, uids, ["BODY.PEEK[]"])
+        return {uid: fetched.get(uid, {}).get(b"BODY[]") for uid in uids}
+
+    def _read(
+        self, raw: bytes, uid: int, *, cut: int = 0
+    ) -> tuple[Inbound, Thread, list[Incoming]] | None:
         """A mail as the router takes it, checked, with what a reply to it needs and its
         files; None for one not to answer, or one that cannot be read (recorded as failed,
-        and marked seen: a malformed mail must not stop the mailbox). Never raises."""
+        and marked seen: a malformed mail must not stop the mailbox). Never raises. `cut`:
+        the size of a mail read only in part, taken without its files."""
         try:
             message = BytesParser(policy=policy.default).parsebytes(raw)
             assert isinstance(message, EmailMessage)
-            found = self._normalise(message, uid)
+            found = self._normalise(message, uid, cut=cut)
             return None if found is None else (checked(found[0]), *found[1:])
         except Exception as exc:
             refuse(self, exc, event="bad_message", uid=uid)
             return None
 
     def _normalise(
-        self, message: EmailMessage, uid: int
+        self, message: EmailMessage, uid: int, *, cut: int = 0
     ) -> tuple[Inbound, Thread, list[Incoming]] | None:
+        """`cut`: the size of a mail read only in part: its files are refused, the sender
+        told so (when files are taken in at all; else its text is taken as far as it was
+        read)."""
         senders = _addresses(message, "From")
         if len(senders) != 1:
             log.info("email.ignored", uid=uid, reason="no single From address")
@@ -460,8 +506,15 @@ class EmailTransport:
             return None
         subject = str(message.get("Subject", "")).strip()
         text = body_text(message) or subject
-        files = _files(message) if self.media is not None else []
-        if not text and not files:
+        files = _files(message) if self.media is not None and not cut else []
+        refusal = ""
+        if cut and self.media is not None:
+            limit = self.media.limits.max_bytes
+            refusal = (
+                f"Sorry, this mail is too large ({cut / 1_000_000:.1f} MB) for its files to"
+                f" be taken in; the limit is {limit / 1_000_000:.1f} MB."
+            )
+        if not text and not files and not refusal:
             log.info("email.ignored", uid=uid, reason="empty", sender=sender)
             return None
         message_id = _ids(message.get("Message-ID"))
@@ -483,6 +536,7 @@ class EmailTransport:
             mentioned=self.address in to or self.address not in cc,
             thread_id=root,
             sender_name=name,
+            refusal=refusal,
         )
         return inbound, thread, files
 
@@ -596,9 +650,10 @@ def _files(message: EmailMessage) -> list[Incoming]:
     return found
 
 
-async def _ready(data: bytes) -> bytes:
-    """A file that came inside the mail: nothing left to download."""
-    return data
+async def _ready(data: bytes, into: Download) -> None:
+    """A file that came inside the mail (already read whole, with the mail): nothing left to
+    download, only its limit to pass."""
+    await into.write(data)
 
 
 def _decoded(exc: Exception) -> str:

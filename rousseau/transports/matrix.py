@@ -12,13 +12,15 @@ import io
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake
+from rousseau.media import Download, Incoming, MediaIntake
+from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.unreadable import Unreadable, checked, number, refuse, text
@@ -317,12 +319,26 @@ class MatrixTransport:
             duration=duration / 1000 if isinstance(duration, int | float) else None,
         )
 
-    async def _download(self, client: nio.AsyncClient, mxc: str) -> bytes:
-        """From the media repository, authenticated (nio asks /_matrix/client/v1/media)."""
-        reply = await client.download(mxc=mxc)
-        if isinstance(reply, nio.MemoryDownloadResponse):
-            return bytes(reply.body)
-        if isinstance(reply, nio.DownloadError) and reply.status_code in _GONE:
+    async def _download(self, client: nio.AsyncClient, mxc: str, into: Download) -> None:
+        """From the media repository, authenticated, streamed: nio's download reads the body
+        whole (or saves all of it), so the request is the one it makes (the spec's
+        /_matrix/client/v1/media path, the token in a header), its body read a chunk at a
+        time; an error answer is still read by nio."""
+        where = urlsplit(mxc)
+        server, media = quote(where.netloc, safe=""), quote(where.path.lstrip("/"), safe="")
+        path = f"/_matrix/client/v1/media/download/{server}/{media}?allow_remote=true"
+        headers = {"Authorization": f"Bearer {client.access_token}"}
+        timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=120)
+        async with await client.send("GET", path, headers=headers, timeout=timeout) as response:
+            if response.status == 200:
+                into.declared(response.content_length)
+                await into.write_all(response.content.iter_chunked(CHUNK))
+                return
+            status = response.status
+            reply = await client.create_matrix_response(nio.MemoryDownloadResponse, response)
+        if not isinstance(reply, nio.DownloadError):  # an error page, not the file
+            raise TransportError(f"matrix: downloading a file: HTTP {status}")
+        if reply.status_code in _GONE:
             raise _Unavailable(f"{mxc}: {reply.status_code}")
         raise await self._refused("downloading a file", reply)
 

@@ -25,7 +25,7 @@ from anyio.abc import Process, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from rousseau.agent import TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake, media_type_of
+from rousseau.media import Download, Incoming, MediaIntake, media_type_of
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.transports.base import file_bytes, take_files
 from rousseau.transports.unreadable import (
@@ -273,9 +273,7 @@ class SignalTransport:
             name=text(attachment.get("filename"), "filename") or attachment["id"],
             media_type=media_type,
             size=size,
-            fetch=functools.partial(
-                anyio.to_thread.run_sync, (self.attachments / attachment["id"]).read_bytes
-            ),
+            fetch=functools.partial(_saved, self.attachments / attachment["id"]),
             voice=media_type.startswith("audio/"),
         )
 
@@ -366,3 +364,8 @@ def _plain_id(attachment: Any) -> bool:
     """An attachment signal-cli saved under a plain file name (never a path elsewhere)."""
     name = attachment.get("id") if isinstance(attachment, dict) else None
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+
+
+async def _saved(path: Path, into: Download) -> None:
+    """An attachment signal-cli saved, copied a chunk at a time up to the limit."""
+    await into.copy_file(path)

@@ -18,7 +18,8 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake, media_type_of
+from rousseau.media import Download, Incoming, MediaIntake, media_type_of
+from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.transports.base import Throttled, describe, file_bytes, take_files
 from rousseau.transports.unreadable import (
@@ -282,9 +283,9 @@ class SlackTransport:
             )
         return incoming
 
-    async def _download(self, url: str) -> bytes:
+    async def _download(self, url: str, into: Download) -> None:
         """A private file, with the bot token: only ever sent to Slack's own hosts (or the
-        configured API's, for a test server)."""
+        configured API's, for a test server). Streamed, stopped at the limit."""
         host = urlsplit(url).hostname or ""
         if not (host == urlsplit(self.client.base_url).hostname or host.endswith(".slack.com")):
             raise PermissionError(f"not a Slack file address: {host}")
@@ -297,7 +298,8 @@ class SlackTransport:
             response.raise_for_status()
             if response.content_type == "text/html":  # Slack's sign-in page: no access
                 raise PermissionError("Slack answered with a sign-in page")
-            return await response.read()
+            into.declared(response.content_length)
+            await into.write_all(response.content.iter_chunked(CHUNK))
 
     async def _on_button(self, body: dict[str, Any], handler: InboundHandler) -> None:
         """A pressed answer button: an ordinary message with its text, from whoever pressed

@@ -25,7 +25,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import Attachment, MissingExtraError, TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake
+from rousseau.media import Download, Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, Outbound
 from rousseau.transports.abilities import Posts
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
@@ -382,9 +382,12 @@ class TelegramTransport:
         except TelegramError as exc:
             raise self._failed("downloading a file failed", exc) from exc
 
-    async def _download(self, file_id: str) -> bytes:
+    async def _download(self, file_id: str, into: Download) -> None:
         file = await self.bot.get_file(file_id)
-        return bytes(await file.download_as_bytearray())
+        if not file.file_path:
+            raise BadRequest("getFile gave no file path")
+        into.declared(file.file_size)
+        await self._requests[0].download(file.file_path, into)
 
     def _mentions(self, message: Any, text: str) -> tuple[str, bool]:
         """Whether the bot is addressed (mention, reply, /cmd@bot), and the text to keep.

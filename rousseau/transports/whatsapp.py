@@ -21,7 +21,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, StoreError, TransportAuthError, TransportError
-from rousseau.media import Incoming, MediaIntake
+from rousseau.media import Download, Incoming, MediaIntake
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.base import describe, file_bytes, take_files
 from rousseau.transports.unreadable import checked, refuse
@@ -269,11 +269,15 @@ class WhatsAppTransport:
             )
         ]
 
-    async def _download(self, message: Any) -> bytes:
+    async def _download(self, message: Any, into: Download) -> None:
+        """neonize gives a file whole (downloaded and decrypted by its Go library), never as
+        a stream: bounded only by the declared length checked first (see MediaIntake.take)
+        and by the download's limit on the bytes it gives."""
         try:
-            return await self.client.download(message)
+            data = await self.client.download(message)
         except Exception as exc:  # neonize's DownloadError and kin: gone from WhatsApp
             raise _Gone(describe(exc)) from exc
+        await into.write(data)
 
     async def send(self, message: Outbound) -> None:
         try:

@@ -25,7 +25,8 @@ from starlette.templating import Jinja2Templates
 
 from rousseau.agent import ContentKind, RousseauError
 from rousseau.approvals import preview, visible
-from rousseau.media import Incoming
+from rousseau.media import Download, Incoming
+from rousseau.media.download import CHUNK
 from rousseau.web.app import HERE, dumps
 from rousseau.web.auth import COOKIE, Login, same
 from rousseau.web.face import Face
@@ -471,9 +472,10 @@ async def chat_send(request: Request, login: Login) -> Response:
 def _upload(upload: UploadFile) -> Incoming:
     """An uploaded file as the media intake takes it in (the limits see its size first)."""
 
-    async def fetch() -> bytes:
+    async def fetch(into: Download) -> None:
         await upload.seek(0)
-        return await upload.read()
+        while chunk := await upload.read(CHUNK):
+            await into.write(chunk)
 
     return Incoming(
         name=upload.filename or "upload",

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.aio import AioServer
+from tests.fakes.files import Declared, Served, stated, stream_unmeasured
 
 PASSWORD = "bb-secret"
 
@@ -28,6 +29,10 @@ class FakeBlueBubbles(AioServer):
         self.files: dict[str, tuple[str, str, bytes]] = {}
         """Attachments on the Mac by guid: (name, media type, bytes)."""
         self.sent_files: list[dict[str, Any]] = []
+        self.declared: dict[str, int | None] = {}
+        """Sizes stated for attachments (None: none) that are not theirs: served without a
+        length, so only reading them tells."""
+        self.unmeasured = Served()
         self.queries: list[dict[str, Any]] = []
         self.fail_queries = 0
         """Answer this many queries with 502, as a dying link would."""
@@ -58,9 +63,11 @@ class FakeBlueBubbles(AioServer):
         from_me: bool = False,
         file: tuple[str, str, bytes] | None = None,
         audio_message: bool = False,
+        declared: Declared = ...,
     ) -> dict[str, Any]:
         """A message on the Mac; `file` (name, media type, bytes) is attached as Messages
-        attaches one: U+FFFC in the text where it sits, the file listed by guid."""
+        attaches one: U+FFFC in the text where it sits, the file listed by guid, its
+        `totalBytes` the `declared` size (left out for None)."""
         message = {
             "guid": f"msg-{next(self._guids)}",
             "text": text,
@@ -75,16 +82,18 @@ class FakeBlueBubbles(AioServer):
             guid = f"att-{next(self._guids)}"
             name, media_type, data = file
             self.files[guid] = file
+            if declared is not ...:
+                self.declared[guid] = declared
             message["text"] = "\ufffc" + text
-            message["attachments"] = [
-                {
-                    "guid": guid,
-                    "transferName": name,
-                    "mimeType": media_type,
-                    "totalBytes": len(data),
-                    "isOutgoing": from_me,
-                }
-            ]
+            listed: dict[str, Any] = {
+                "guid": guid,
+                "transferName": name,
+                "mimeType": media_type,
+                "isOutgoing": from_me,
+            }
+            if (size := stated(data, declared)) is not None:
+                listed["totalBytes"] = size
+            message["attachments"] = [listed]
         self.add(message)
         return message
 
@@ -164,6 +173,8 @@ class FakeBlueBubbles(AioServer):
         if found is None:
             return web.json_response({"status": 404, "message": "Attachment not found"}, status=404)
         _, media_type, data = found
+        if request.match_info["guid"] in self.declared:
+            return await stream_unmeasured(request, data, media_type, self.unmeasured)
         return web.Response(body=data, content_type=media_type)
 
     async def _attachment(self, request: web.Request) -> web.Response:

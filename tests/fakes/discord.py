@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from tests.fakes.aio import AioServer
+from tests.fakes.files import Served, stream_unmeasured
 
 BOT_ID = "900000000000000001"
 GUILD_ID = "800000000000000001"
@@ -104,31 +105,44 @@ class FakeDiscord(AioServer):
         self.files: dict[str, bytes] = {}
         """What the fake CDN serves, by attachment id."""
         self.downloads: list[str] = []
+        self.declared: dict[str, int] = {}
+        """Sizes stated for attachments that are not theirs: served without a length, so
+        only reading them tells (Discord always states one)."""
+        self.unmeasured = Served()
 
     def routes(self, app: web.Application) -> None:
         app.router.add_get("/gateway", self._gateway)
         app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
         app.router.add_get("/attachments/{id}/{name}", self._cdn)
 
-    def _attachment(self, name: str, data: bytes, content_type: str) -> dict[str, Any]:
-        """An attachment as MESSAGE_CREATE carries it, its bytes served by the fake CDN."""
+    def _attachment(
+        self, name: str, data: bytes, content_type: str, declared: int | None = None
+    ) -> dict[str, Any]:
+        """An attachment as MESSAGE_CREATE carries it, its bytes served by the fake CDN; its
+        size the `declared` one, if given."""
         attachment_id = str(400000000000000000 + next(self._ids))
         self.files[attachment_id] = data
+        if declared is not None:
+            self.declared[attachment_id] = declared
         url = f"{self.url}/attachments/{attachment_id}/{name}"
         return {
             "id": attachment_id,
             "filename": name,
-            "size": len(data),
+            "size": len(data) if declared is None else declared,
             "url": url,
             "proxy_url": url,
             "content_type": content_type,
         }
 
-    async def _cdn(self, request: web.Request) -> web.Response:
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
         data = self.files.get(request.match_info["id"])
         if data is None:
             return web.Response(status=404)
         self.downloads.append(request.match_info["id"])
+        if request.match_info["id"] in self.declared:
+            return await stream_unmeasured(
+                request, data, "application/octet-stream", self.unmeasured
+            )
         return web.Response(body=data, content_type="application/octet-stream")
 
     @property
@@ -147,7 +161,7 @@ class FakeDiscord(AioServer):
         *,
         user_id: str = OWNER_ID,
         bot: bool = False,
-        files: list[tuple[str, bytes, str]] | None = None,
+        files: list[tuple[str, bytes, str]] | list[tuple[str, bytes, str, int]] | None = None,
         voice_seconds: float = 0,
     ) -> dict[str, Any]:
         channel = self._dm_channels.setdefault(user_id, str(600000000000000000 + int(user_id[-6:])))
@@ -179,13 +193,13 @@ class FakeDiscord(AioServer):
         everyone: bool = False,
         reply_to_bot: bool = False,
         bot: bool = False,
-        files: list[tuple[str, bytes, str]] | None = None,
+        files: list[tuple[str, bytes, str]] | list[tuple[str, bytes, str, int]] | None = None,
         voice_seconds: float = 0,
     ) -> dict[str, Any]:
         """A MESSAGE_CREATE's message as Discord would send it, not dispatched (a test may
-        spoil it first). `files` = [(file name, bytes, content type)] become attachments on
-        the fake CDN; with `voice_seconds` the message is a voice message (its flag, its
-        duration)."""
+        spoil it first). `files` = [(file name, bytes, content type[, stated size])] become
+        attachments on the fake CDN; with `voice_seconds` the message is a voice message
+        (its flag, its duration)."""
         content = (
             f"<@{BOT_ID}> {text}" if mention_bot else ("@everyone " + text if everyone else text)
         )

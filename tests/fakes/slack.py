@@ -18,6 +18,7 @@ import anyio
 from aiohttp import WSMsgType, web
 
 from tests.fakes.aio import AioServer
+from tests.fakes.files import Declared, Served, stated, stream_unmeasured
 
 BOT_USER = "UBOT0001"
 BOT_ID = "BBOT0001"
@@ -72,6 +73,10 @@ class FakeSlack(AioServer):
         self.files: dict[str, bytes] = {}
         """Shared files' bytes, by file id."""
         self.downloads: list[str] = []
+        self.declared: dict[str, int | None] = {}
+        """Sizes stated for files (None: none) that are not theirs: served without a
+        length, so only reading them tells."""
+        self.unmeasured = Served()
         self.rate_limit_updates = 0
         """Answer this many chat.update calls with 429 (Retry-After: 2)."""
         self.streams_refused = ""
@@ -102,10 +107,12 @@ class FakeSlack(AioServer):
         bot: bool = False,
         subtype: str | None = None,
         files: list[tuple[str, bytes, str]] | None = None,
+        declared: Declared = ...,
     ) -> dict[str, Any]:
         """A `message` event as Slack sends it; returns the event (to send it again).
         `files` = [(name, bytes, mimetype)] are shared with it (subtype file_share), served
-        at their `url_private` to the bot token only."""
+        at their `url_private` to the bot token only, each of the `declared` size (no
+        `size` for None)."""
         ts = f"{int(time.time())}.{next(self._ts):06d}"
         event: dict[str, Any] = {
             "type": "message",
@@ -124,25 +131,31 @@ class FakeSlack(AioServer):
             event["subtype"] = subtype
         if files:
             event["subtype"] = "file_share"
-            event["files"] = [self._shared(*f) for f in files]
+            event["files"] = [self._shared(*f, declared=declared) for f in files]
         self.send_event(event)
         return event
 
-    def _shared(self, name: str, data: bytes, mimetype: str) -> dict[str, Any]:
+    def _shared(
+        self, name: str, data: bytes, mimetype: str, *, declared: Declared = ...
+    ) -> dict[str, Any]:
         file_id = f"F{next(self._ids):08d}"
         self.files[file_id] = data
+        if declared is not ...:
+            self.declared[file_id] = declared
         url = f"{self.url}/files-pri/{TEAM}-{file_id}/{name}"
-        return {
+        shared: dict[str, Any] = {
             "id": file_id,
             "name": name,
             "title": name,
             "mimetype": mimetype,
-            "size": len(data),
             "url_private": url,
             "url_private_download": url + "?download=1",
         }
+        if (size := stated(data, declared)) is not None:
+            shared["size"] = size
+        return shared
 
-    async def _file(self, request: web.Request) -> web.Response:
+    async def _file(self, request: web.Request) -> web.StreamResponse:
         """url_private: the bytes to the bot token; anyone else gets the sign-in page."""
         if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
             return web.Response(text="<html>sign in</html>", content_type="text/html")
@@ -151,6 +164,10 @@ class FakeSlack(AioServer):
         if data is None:
             return web.Response(status=404)
         self.downloads.append(file_id)
+        if file_id in self.declared:
+            return await stream_unmeasured(
+                request, data, "application/octet-stream", self.unmeasured
+            )
         return web.Response(body=data, content_type="application/octet-stream")
 
     def mention(

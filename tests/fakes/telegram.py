@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from tests.fakes import HTTPServer
+from tests.fakes.files import Declared, Served, send_unmeasured, stated
 
 BOT_ID = 777000111
 BOT_USERNAME = "rousseau_test_bot"
@@ -107,6 +108,10 @@ class FakeTelegram:
         """What getFile and the file download path serve, by file id."""
         self.downloads: list[str] = []
         """File ids downloaded, in order."""
+        self.declared: dict[str, int | None] = {}
+        """Sizes stated for files (None: none) that are not theirs: served without a
+        length, so only reading them tells."""
+        self.unmeasured = Served()
         self.uploads_down = False
         """Answer sendPhoto and sendDocument with 502, as a failing upload path does."""
         self.webhook: dict[str, Any] | None = None
@@ -167,6 +172,28 @@ class FakeTelegram:
         self.deliver(update)
         return update
 
+    def _attach(
+        self, message: dict[str, Any], attach: tuple[str, bytes, str, str], declared: Declared
+    ) -> None:
+        """The file `attach` describes, as the message carries it (see `update`)."""
+        kind, data, name, media_type = attach
+        file_id = f"{kind}-{len(self.files) + 1}"
+        self.files[file_id] = data
+        described: dict[str, Any] = {"file_id": file_id, "file_unique_id": "u" + file_id}
+        if declared is not ...:
+            self.declared[file_id] = declared
+        if (size := stated(data, declared)) is not None:
+            described["file_size"] = size
+        if kind == "photo":
+            message["photo"] = [
+                {**described, "file_id": file_id + "-small", "width": 90, "height": 60},
+                {**described, "width": 1280, "height": 960},
+            ]
+        elif kind == "voice":
+            message["voice"] = {**described, "duration": 3, "mime_type": media_type}
+        else:
+            message[kind] = {**described, "file_name": name, "mime_type": media_type}
+
     def update(
         self,
         text: str,
@@ -182,12 +209,14 @@ class FakeTelegram:
         update_id: int | None = None,
         message_id: int | None = None,
         attach: tuple[str, bytes, str, str] | None = None,
+        declared: Declared = ...,
     ) -> dict[str, Any]:
         """An update as Telegram would deliver it, not queued (a test may spoil it first).
 
         `mention` names the bot before `text`, after `prefix`; `caption` sends a photo with the
         text as its caption. `attach` = (photo | document | voice | audio, bytes, file name,
-        media type) sends that file, `text` (if any) as its caption; getFile serves it.
+        media type) sends that file, `text` (if any) as its caption; getFile serves it, its
+        `file_size` the `declared` one (left out for None).
         """
         if mention:
             text = f"@{BOT_USERNAME} {text}"
@@ -204,23 +233,7 @@ class FakeTelegram:
         }
         marked = entities(text)
         if attach is not None:
-            kind, data, name, media_type = attach
-            file_id = f"{kind}-{len(self.files) + 1}"
-            self.files[file_id] = data
-            described = {
-                "file_id": file_id,
-                "file_unique_id": "u" + file_id,
-                "file_size": len(data),
-            }
-            if kind == "photo":
-                message["photo"] = [
-                    {**described, "file_id": file_id + "-small", "width": 90, "height": 60},
-                    {**described, "width": 1280, "height": 960},
-                ]
-            elif kind == "voice":
-                message["voice"] = {**described, "duration": 3, "mime_type": media_type}
-            else:
-                message[kind] = {**described, "file_name": name, "mime_type": media_type}
+            self._attach(message, attach, declared)
             if text:
                 message["caption"] = text
                 if marked:
@@ -457,6 +470,9 @@ class FakeTelegram:
             self._reply(handler, 404, {"ok": False, "error_code": 404, "description": "Not Found"})
             return
         self.downloads.append(file_id)
+        if file_id in self.declared:
+            send_unmeasured(handler, data, "application/octet-stream", self.unmeasured)
+            return
         try:
             handler.send_response(200)
             handler.send_header("content-type", "application/octet-stream")
@@ -475,9 +491,10 @@ class FakeTelegram:
         result = {
             "file_id": file_id,
             "file_unique_id": "u" + file_id,
-            "file_size": len(data),
             "file_path": f"files/{file_id}",
         }
+        if (size := self.declared.get(file_id, len(data))) is not None:
+            result["file_size"] = size
         return 200, {"ok": True, "result": result}
 
     def _api_getMe(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:

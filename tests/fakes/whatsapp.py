@@ -12,6 +12,7 @@ import anyio
 from neonize.aioze.events import ConnectedEv, DisconnectedEv, LoggedOutEv, MessageEv
 
 from rousseau.transports.whatsapp import EventHandler
+from tests.fakes.files import Declared, stated
 
 OWN_PHONE = "15550000000"
 OWN_LID = "900000000000001"
@@ -103,10 +104,12 @@ class FakeWhatsAppClient:
         message_id: str | None = None,
         file: tuple[str, str, bytes] | None = None,
         voice_seconds: int = 0,
+        declared: Declared = ...,
     ) -> MessageEv:
         """A message as whatsmeow hands it up; `file` (name, media type, bytes) makes it an
         image, a document (wrapped, as WhatsApp wraps one with a caption) or an audio
-        message (push-to-talk when `voice_seconds`), `text` its caption."""
+        message (push-to-talk when `voice_seconds`), `text` its caption, its fileLength the
+        `declared` size (unset, 0, for None)."""
         ev = MessageEv()
         ev.Info.ID = message_id or f"IN{next(self._ids)}"
         ev.Info.Timestamp = int(time.time())
@@ -135,7 +138,7 @@ class FakeWhatsAppClient:
                 media = ev.Message.documentWithCaptionMessage.message.documentMessage
                 media.fileName, media.caption = name, text
             media.mimetype = media_type
-            media.fileLength = len(data)
+            media.fileLength = stated(data, declared) or 0
             media.fileSHA256 = digest
         elif extended or mentions:
             ev.Message.extendedTextMessage.text = text

@@ -299,6 +299,35 @@ async def test_an_attachment_reaches_the_model_and_the_workspace(
     assert provider.requests[0].media[attachment.sha256] == PDF
 
 
+async def test_a_mail_too_large_for_its_files_is_read_only_in_part(
+    harness: EmailHarness, tmp_path: Path
+) -> None:
+    """imapclient gives a mail whole: one past what its files may be (6.8 MB of base64, the
+    limit 100 kB) is fetched only up to the limit and some room for its text, its files
+    refused with its size; the mailbox goes on."""
+    from tests.transports.test_conformance_media import daemon as media_daemon
+
+    message = mail(harness.owner, [harness.address], "Summarise the attached, please.")
+    message.add_attachment(
+        PDF + bytes(5_000_000), maintype="application", subtype="pdf", filename="big.pdf"
+    )
+    async with media_daemon(harness, tmp_path, {"media": {"max_bytes": 100_000}}) as (
+        _,
+        provider,
+    ):
+        await act(harness.deliver, message)
+        [refused] = await delivered(harness, 1)
+        await act(harness.dm, "still there?")
+        await delivered(harness, 2)
+        await settle()
+    assert refused.text.startswith("Sorry, this mail is too large (6.8 MB)"), refused.text
+    assert "the limit is 0.1 MB" in refused.text
+    [request] = provider.requests
+    assert request.messages[-1].text.strip() == "still there?"
+    assert [p for p in (tmp_path / "media").rglob("*") if p.is_file()] == []
+    assert not list((tmp_path / "ws").rglob("big.pdf"))
+
+
 async def test_send_file_attaches_the_file_to_the_reply(
     harness: EmailHarness, tmp_path: Path
 ) -> None:

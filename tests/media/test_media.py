@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Awaitable, Callable
 from datetime import date
 from pathlib import Path
 
@@ -13,12 +14,28 @@ import pytest
 
 from rousseau.agent import Agent, Attachment, Content, Message, Options, Request, Role, Session
 from rousseau.agent.testing import FunctionProvider, text_reply
-from rousseau.media import BlobStore, MediaLimits, MediaRejected, safe_name, save_to_workspace
+from rousseau.media import (
+    BlobStore,
+    Download,
+    MediaLimits,
+    MediaRejected,
+    safe_name,
+    save_to_workspace,
+)
 from rousseau.state import Store
 
 pytestmark = pytest.mark.anyio
 TODAY = date(2026, 12, 1)
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x01" * 64
+
+
+def sending(data: bytes) -> Callable[[Download], Awaitable[None]]:
+    """A platform's download that gives the file's bytes at once."""
+
+    async def fetch(into: Download) -> None:
+        await into.write(data)
+
+    return fetch
 
 
 async def test_blobs_are_stored_once_by_content(tmp_path: Path) -> None:
@@ -56,17 +73,16 @@ def test_what_is_over_the_limits_gets_a_polite_reply(
 async def test_a_file_of_a_type_not_taken_is_left_out_and_named(tmp_path: Path) -> None:
     from rousseau.media import Incoming, MediaIntake
 
-    async def fetch() -> bytes:
-        return b"<svg onload=alert(1)>"
-
-    async def fetch_png() -> bytes:
-        return PNG
-
     intake = MediaIntake(blobs=BlobStore(folder=tmp_path / "media"), workspace=tmp_path / "ws")
     taken = await intake.take(
         [
-            Incoming(name="x.svg", media_type="image/svg+xml", size=21, fetch=fetch),
-            Incoming(name="p.png", media_type="image/png", size=len(PNG), fetch=fetch_png),
+            Incoming(
+                name="x.svg",
+                media_type="image/svg+xml",
+                size=21,
+                fetch=sending(b"<svg onload=alert(1)>"),
+            ),
+            Incoming(name="p.png", media_type="image/png", size=len(PNG), fetch=sending(PNG)),
         ]
     )
     assert [a.name for a in taken.attachments] == ["p.png"] and taken.refusal == ""
@@ -79,11 +95,10 @@ async def test_a_type_with_parameters_is_the_type_taken_in(tmp_path: Path) -> No
     `audio/ogg; codecs=opus`): each is kept as its plain type, in one place for all."""
     from rousseau.media import Incoming, MediaIntake, media_type_of
 
-    async def fetch() -> bytes:
-        return b"hello"
-
     intake = MediaIntake(blobs=BlobStore(folder=tmp_path / "media"), workspace=tmp_path / "ws")
-    file = Incoming(name="a.txt", media_type="Text/Plain; charset=utf-8", size=5, fetch=fetch)
+    file = Incoming(
+        name="a.txt", media_type="Text/Plain; charset=utf-8", size=5, fetch=sending(b"hello")
+    )
     taken = await intake.take([file])
     assert [a.media_type for a in taken.attachments] == ["text/plain"] and taken.notes == ()
     assert media_type_of("audio/ogg; codecs=opus") == "audio/ogg"
@@ -250,15 +265,12 @@ async def test_a_workspace_the_agent_broke_still_lets_files_in(tmp_path: Path) -
     the platform would hand the same update over and over."""
     from rousseau.media import Incoming, MediaIntake
 
-    async def fetch() -> bytes:
-        return PNG
-
     workspace = tmp_path / "ws"
     workspace.mkdir()
     os.symlink(tmp_path, workspace / "inbox")
     intake = MediaIntake(blobs=BlobStore(folder=tmp_path / "media"), workspace=workspace)
     taken = await intake.take(
-        [Incoming(name="p.png", media_type="image/png", size=len(PNG), fetch=fetch)]
+        [Incoming(name="p.png", media_type="image/png", size=len(PNG), fetch=sending(PNG))]
     )
     [photo] = taken.attachments
     assert photo.saved_as == "" and await intake.blobs.read(photo.sha256) == PNG

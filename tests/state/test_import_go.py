@@ -17,7 +17,8 @@ import pytest
 import structlog
 
 from rousseau.agent import ContentKind, Role, StoreError
-from rousseau.cli.import_go import go_schedule, go_target, import_file
+from rousseau.cli.import_go import go_schedule, go_target
+from rousseau.cli.import_go import import_file as import_into
 from rousseau.cli.import_go import import_go as import_go_command
 from rousseau.cron import CronJobs, target_of
 from rousseau.state import Store
@@ -34,6 +35,13 @@ def build_go_db(path: Path) -> Path:
     with closing(sqlite3.connect(path)) as db:
         db.executescript(FIXTURE.read_text(encoding="utf-8"))
     return path
+
+
+def import_file(path: Path, store: Store, *, timezone: str = "local") -> GoImport:
+    """The import into a SQLite store and its cron jobs."""
+    return anyio.run(
+        functools.partial(import_into, path, store, SqliteCronJobs(store), timezone=timezone)
+    )
 
 
 def sql(store: Store, query: str, *args: object) -> list[tuple[object, ...]]:

@@ -201,3 +201,57 @@ async def test_recall_prefers_rare_words_and_serves_the_agent_loop(store: Sessio
     appendix = await SQLiteRecall(store, top_k=3).appendix(current)
     assert "4711" in appendix
     assert "what was my locker code" not in appendix  # never the current session
+
+
+async def test_an_imported_session_keeps_its_times_and_is_copied_once(
+    store: SessionStore,
+) -> None:
+    from rousseau.state.records import ImportedSession
+
+    said_at = [1_700_000_000.5, 1_700_000_060.25]
+    imported = ImportedSession(
+        id="go1",
+        title="chat: 4915112345678@s.whatsapp.net",
+        created_at=1_699_999_999.0,
+        updated_at=1_700_000_061.0,
+        owner="whatsapp:4915112345678",
+        chat="whatsapp:4915112345678@s.whatsapp.net",
+        messages=[
+            (Message.user("what is on the shopping list?"), said_at[0]),
+            (Message.assistant("milk and bread"), said_at[1]),
+        ],
+        chat_key="whatsapp:4915112345678@s.whatsapp.net",
+    )
+    first = await store.import_session(imported)
+    assert (first.copied, first.bound) == (True, True)
+    loaded = await store.load("go1")
+    assert loaded is not None
+    assert [m.text for m in loaded.messages] == ["what is on the shopping list?", "milk and bread"]
+    info = await store.info("go1")
+    assert info is not None
+    assert (info.created_at, info.updated_at, info.message_count) == (
+        1_699_999_999.0,
+        1_700_000_061.0,
+        2,
+    )
+    assert [h.session_id for h in await store.search("milk")] == ["go1"]
+    recalled = await store.recall("shopping", 5, agent="default")
+    assert [(r.session_id, r.created_at) for r in recalled] == [("go1", said_at[0])]
+
+    again = await store.import_session(imported)
+    assert again.copied is False
+    another = await store.import_session(
+        ImportedSession(
+            id="go2",
+            title="",
+            created_at=1.0,
+            updated_at=2.0,
+            owner=None,
+            chat=None,
+            messages=[(Message.user("older"), 1.5)],
+            chat_key="whatsapp:4915112345678@s.whatsapp.net",
+        )
+    )
+    assert (another.copied, another.bound) == (True, False)  # the chat keeps its session
+    reloaded = await store.load("go1")
+    assert reloaded is not None and len(reloaded.messages) == 2

@@ -101,3 +101,22 @@ class TakesFiles(Protocol):
         ...
 
     def files_delivered(self) -> list[DeliveredFile]: ...
+
+
+class DeclaresSizes(Protocol):
+    """Optional: a harness whose platform states a file's size apart from sending it, and can
+    state another (or none)."""
+
+    largest: int
+    """Bytes of the largest file its platform takes (a real server's upload limit)."""
+    # no_undeclared: str, where the platform always states a size: why (that case is skipped)
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        """A direct message from the owner carrying `file`, its size stated as `declared`
+        (None: no size stated) and its body sent with no length of its own."""
+        ...
+
+    def served_whole(self) -> bool | None:
+        """Whether the last such file's body went out to its end (None: the fake cannot
+        tell, as when the file is handed over at once)."""
+        ...

@@ -21,6 +21,8 @@ class DiscordHarness:
     group_chat = GENERAL_ID
     measure = staticmethod(len)
     limit = MAX_LENGTH
+    largest = 64_000_000
+    no_undeclared = "Discord states every attachment's size"
 
     def __init__(self) -> None:
         self.fake = FakeDiscord().start()
@@ -52,6 +54,14 @@ class DiscordHarness:
             files=[(file.name, file.data, file.media_type)],
             voice_seconds=file.seconds if file.voice else 0,
         )
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        assert declared is not None, self.no_undeclared
+        files = [(file.name, file.data, file.media_type, declared)]
+        self._last = self.fake.dm(text, user_id=self.owner, files=files)
+
+    def served_whole(self) -> bool | None:
+        return self.fake.unmeasured.last_whole()
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._last = self.fake.message(text, mention_bot=mentioned)

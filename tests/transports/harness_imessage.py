@@ -18,6 +18,7 @@ class IMessageHarness:
     group_chat = "iMessage;+;chat424242"
     measure = staticmethod(len)
     limit = MAX_LENGTH
+    largest = 64_000_000
 
     def __init__(self, **options: Any) -> None:
         self.server = FakeBlueBubbles().start()
@@ -41,6 +42,18 @@ class IMessageHarness:
             file=(file.name, file.media_type, file.data),
             audio_message=file.voice,
         )
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        self.last = self.server.receive(
+            text,
+            sender=self.owner,
+            chat=self.dm_chat,
+            file=(file.name, file.media_type, file.data),
+            declared=declared,
+        )
+
+    def served_whole(self) -> bool | None:
+        return self.server.unmeasured.last_whole()
 
     def group(self, text: str, *, mentioned: bool) -> None:
         text = f"@rousseau {text}" if mentioned else text

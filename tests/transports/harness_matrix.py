@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from rousseau.transports.base import Transport
 from rousseau.transports.matrix import MAX_LENGTH, MatrixTransport
+from tests.fakes.files import Declared, stated
 from tests.matrix.synapse import Synapse
 from tests.transports.conformance import Delivered, DeliveredFile, File
 
@@ -25,6 +26,7 @@ class MatrixHarness:
     }
     measure = staticmethod(len)
     limit = MAX_LENGTH
+    largest = 8_000_000  # under Synapse's upload limit; its answers always carry a length
 
     def __init__(self, synapse: Synapse) -> None:
         self.synapse = synapse
@@ -87,10 +89,12 @@ class MatrixHarness:
         )
         self.synapse.call("PUT", path, content, token=who["access_token"])
 
-    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+    def dm_file(
+        self, text: str, file: File, *, sender: str | None = None, declared: Declared = ...
+    ) -> None:
         """Uploaded to the media repository, then sent as Element sends it: m.image, m.audio
         (a voice message marked as MSC3245 says) or m.file, a caption in `body` beside
-        `filename`."""
+        `filename`; `info.size` the `declared` size (left out for None)."""
         who, room = (
             (self.eve, self._stranger_room)
             if sender == self.stranger
@@ -101,7 +105,9 @@ class MatrixHarness:
         )
         path = f"/_matrix/media/v3/upload?filename={urllib.parse.quote(file.name)}"
         raw = self.synapse.raw("POST", path, file.data, who["access_token"], file.media_type)
-        info: dict[str, Any] = {"mimetype": file.media_type, "size": len(file.data)}
+        info: dict[str, Any] = {"mimetype": file.media_type}
+        if (size := stated(file.data, declared)) is not None:
+            info["size"] = size
         content: dict[str, Any] = {
             "msgtype": "m.file",
             "body": text or file.name,
@@ -117,6 +123,12 @@ class MatrixHarness:
             info["duration"] = file.seconds * 1000
             content["org.matrix.msc3245.voice"] = {}
         self._send(who, room, content)
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        self.dm_file(text, file, declared=declared)
+
+    def served_whole(self) -> bool | None:
+        return None  # a real homeserver: how much of the body it sent is not seen
 
     def _wait_bot_joined(self, room: str) -> None:
         path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(room)}/joined_members"

@@ -16,6 +16,7 @@ from typing import Any
 
 from rousseau.transports.base import Transport
 from rousseau.transports.signal import GROUP_PREFIX, MAX_LENGTH, SignalTransport
+from tests.fakes.files import Declared, stated
 from tests.transports.conformance import Delivered, DeliveredFile, File
 
 FAKE = Path(__file__).parent.parent / "fakes" / "signal_cli.py"
@@ -31,6 +32,7 @@ class SignalHarness:
     group_chat = f"{GROUP_PREFIX}{GROUP}"
     measure = staticmethod(len)
     limit = MAX_LENGTH
+    largest = 64_000_000
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="signal-"))
@@ -98,9 +100,12 @@ class SignalHarness:
         self._last = self.envelope(text, source=sender or self.owner)
         self._inject(self._last)
 
-    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+    def dm_file(
+        self, text: str, file: File, *, sender: str | None = None, declared: Declared = ...
+    ) -> None:
         """As signal-cli prints a message whose attachment it has saved in its data folder
-        (`attachments/ID`); no text is `"message": null`."""
+        (`attachments/ID`); no text is `"message": null`; its size the `declared` one
+        (null for None)."""
         envelope = self.envelope(text, source=sender or self.owner)
         data = envelope["envelope"]["dataMessage"]
         attachment_id = f"{data['timestamp']}-{file.name.rsplit('.', 1)[-1]}"
@@ -113,7 +118,7 @@ class SignalHarness:
                 "contentType": file.media_type,
                 "filename": None if file.voice else file.name,
                 "id": attachment_id,
-                "size": len(file.data),
+                "size": stated(file.data, declared),
                 "width": None,
                 "height": None,
                 "caption": None,
@@ -122,6 +127,12 @@ class SignalHarness:
         ]
         self._last = envelope
         self._inject(envelope)
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        self.dm_file(text, file, declared=declared)
+
+    def served_whole(self) -> bool | None:
+        return None  # a file signal-cli saved: how much of it was read is not seen
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._last = self.envelope(text, source=self.owner, group=True, mentioned=mentioned)

@@ -20,6 +20,7 @@ class SlackHarness:
     group_chat = "C0GENERAL"
     measure = staticmethod(len)
     limit = SOFT_LIMIT
+    largest = 64_000_000
 
     def __init__(self) -> None:
         self.fake = FakeSlack().start()
@@ -44,6 +45,15 @@ class SlackHarness:
         channel = self.dm_chat if user == self.owner else "D0OTHER"
         files = [(file.name, file.data, file.media_type)]
         self._last = self.fake.message(text, user=user, channel=channel, files=files)
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        files = [(file.name, file.data, file.media_type)]
+        self._last = self.fake.message(
+            text, user=self.owner, channel=self.dm_chat, files=files, declared=declared
+        )
+
+    def served_whole(self) -> bool | None:
+        return self.fake.unmeasured.last_whole()
 
     def group(self, text: str, *, mentioned: bool) -> None:
         if mentioned:

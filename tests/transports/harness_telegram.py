@@ -7,6 +7,7 @@ from typing import Any
 from rousseau.transports.base import Transport
 from rousseau.transports.split import utf16_len
 from rousseau.transports.telegram import MAX_LENGTH, TelegramTransport
+from tests.fakes.files import Declared
 from tests.fakes.telegram import BOT_ID, FakeTelegram
 from tests.transports.conformance import Delivered, DeliveredFile, File
 
@@ -19,6 +20,7 @@ class TelegramHarness:
     group_chat = "-100"
     measure = staticmethod(utf16_len)
     limit = MAX_LENGTH
+    largest = 64_000_000
 
     def __init__(self) -> None:
         self.fake = FakeTelegram().start()
@@ -54,7 +56,9 @@ class TelegramHarness:
             prefix=before,
         )
 
-    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+    def dm_file(
+        self, text: str, file: File, *, sender: str | None = None, declared: Declared = ...
+    ) -> None:
         kind = "document"
         if file.voice:
             kind = "voice"
@@ -62,7 +66,15 @@ class TelegramHarness:
             kind = "photo"
         user = int(sender or self.owner)
         attach = (kind, file.data, file.name, file.media_type)
-        self._last = self.fake.push(text, chat_id=user, user_id=user, attach=attach)
+        self._last = self.fake.push(
+            text, chat_id=user, user_id=user, attach=attach, declared=declared
+        )
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        self.dm_file(text, file, declared=declared)
+
+    def served_whole(self) -> bool | None:
+        return self.fake.unmeasured.last_whole()
 
     def own_message(self, text: str) -> None:
         self.fake.push(text, chat_id=int(self.dm_chat), user_id=BOT_ID, from_bot=True)

@@ -20,6 +20,7 @@ class WhatsAppHarness:
     group_chat = f"{GROUP}@g.us"
     measure = staticmethod(len)
     limit = MAX_LENGTH
+    largest = 64_000_000
 
     def __init__(self) -> None:
         self.client = FakeWhatsAppClient()
@@ -40,6 +41,18 @@ class WhatsAppHarness:
             voice_seconds=file.seconds if file.voice else 0,
         )
         self.client.deliver(self._last)
+
+    def dm_file_declaring(self, text: str, file: File, declared: int | None) -> None:
+        self._last = self.client.message(
+            text,
+            sender=self.owner,
+            file=(file.name, file.media_type, file.data),
+            declared=declared,
+        )
+        self.client.deliver(self._last)
+
+    def served_whole(self) -> bool | None:
+        return None  # neonize hands the file over whole: nothing to cut short
 
     def group(self, text: str, *, mentioned: bool) -> None:
         mentions = [f"{OWN_PHONE}@s.whatsapp.net"] if mentioned else None

@@ -25,7 +25,13 @@ from rousseau.state.daemon_state import DaemonState
 from tests.fakes.llm import FakeLLMServer, JSONReply
 from tests.fakes.telegram import PHOTO
 from tests.helpers import serving
-from tests.transports.conformance import DeliveredFile, File, Harness, TakesFiles
+from tests.transports.conformance import (
+    DeclaresSizes,
+    DeliveredFile,
+    File,
+    Harness,
+    TakesFiles,
+)
 from tests.transports.test_conformance import act, delivered, settle
 
 pytestmark = pytest.mark.anyio
@@ -163,6 +169,36 @@ async def test_a_file_over_the_limit_gets_a_polite_reply_and_no_model_call(
     assert reply.chat == harness.dm_chat
     assert reply.text.startswith("Sorry, big.pdf is too large")
     assert provider.requests == []
+    assert not list((tmp_path / "ws").rglob("big.pdf"))
+
+
+@pytest.mark.parametrize("declared", [100, None], ids=["declared-100-bytes", "declared-nothing"])
+async def test_a_file_larger_than_declared_is_cut_off_and_the_chat_goes_on(
+    harness: Harness, tmp_path: Path, declared: int | None
+) -> None:
+    """64 MB sent for a file said to be 100 bytes (or of no size), the limit 100 kB: the
+    download stops at the limit (the platform never gets to send it all), the sender is
+    told, nothing of it is kept, and the next message is answered."""
+    if not hasattr(harness, "dm_file_declaring"):
+        pytest.skip(f"the {harness.name} platform states no size apart from the file")
+    if declared is None and hasattr(harness, "no_undeclared"):
+        pytest.skip(harness.no_undeclared)
+    files = cast(DeclaresSizes, harness)
+    size = min(64_000_000, getattr(files, "largest", 64_000_000))
+    big = File("big.pdf", "application/pdf", PDF + bytes(size - len(PDF)))
+    async with daemon(harness, tmp_path, {"media": {"max_bytes": 100_000}}) as (_, provider):
+        await act(files.dm_file_declaring, "read this", big, declared)
+        [refused] = await delivered(harness, 1)
+        await act(harness.dm, "still there?")
+        replies = await delivered(harness, 2)
+        await settle()
+    assert files.served_whole() is not True  # cut off (None: the fake cannot tell)
+    assert refused.chat == harness.dm_chat
+    assert refused.text.startswith("Sorry, big.pdf is too large"), refused.text
+    assert replies[1].text == "got no files; said: still there?"
+    [request] = provider.requests  # the refused message never reached the model
+    assert request.messages[-1].text == "still there?"
+    assert [p for p in (tmp_path / "media").rglob("*") if p.is_file()] == []
     assert not list((tmp_path / "ws").rglob("big.pdf"))
 
 

@@ -209,7 +209,10 @@ async def test_shared_files_are_fetched_with_the_bot_token_and_shown_to_the_mode
     assert len(fake.downloads) == 2  # the stranger's file was never fetched
 
 
-async def test_the_bot_token_goes_to_slack_file_hosts_only() -> None:
+async def test_the_bot_token_goes_to_slack_file_hosts_only(tmp_path: Path) -> None:
+    from rousseau.media import BlobStore
+
     transport = SlackTransport("xapp-1", "xoxb-secret", base_url="http://127.0.0.1:9/api/")
+    into = BlobStore(folder=tmp_path / "media").download(1000)
     with pytest.raises(PermissionError, match=r"not a Slack file address: evil\.example"):
-        await transport._download("https://evil.example/files-pri/T1-F1/x.pdf")
+        await transport._download("https://evil.example/files-pri/T1-F1/x.pdf", into)
