@@ -173,9 +173,9 @@ def test_a_web_chat_message_streams_its_reply(page: Any) -> None:
     writing = page.locator(".conversation .assistant.writing")
     writing.wait_for()  # a preview, before the answer was whole
     partial = writing.inner_text()
-    final = page.locator(".conversation .assistant:not(.writing)")
-    final.last.wait_for()
     answer = " ".join(f"word{i}" for i in range(40))
+    final = page.locator(".conversation .assistant:not(.writing)", has_text="word39")
+    final.last.wait_for()  # (earlier tests' answers are in the owner's conversation too)
     assert final.last.inner_text() == answer
     assert partial != answer and answer.startswith(partial)
     shot(page, "chat")
