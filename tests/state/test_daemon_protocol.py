@@ -85,6 +85,18 @@ async def test_the_outbox_keeps_each_chats_order_and_retries(state: Any) -> None
     assert [r.message.text for r in await state.due("telegram")] == ["a2"]
 
 
+async def test_a_part_queued_before_the_clock_is_set_back_is_still_due(
+    state: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock set back an hour (NTP, an administrator) holds up no reply: the part
+    queued just before is sent at once, and the chat's next one behind it."""
+    await state.finish(None, [part("before")])
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    await state.finish(None, [part("after")])
+    assert [r.message.text for r in await state.due("telegram")] == ["before", "after"]
+
+
 async def test_a_chat_is_bound_to_its_session(state: Any) -> None:
     assert await state.session_for("telegram:42") is None
     await state.store.create_session("s1")
