@@ -14,6 +14,7 @@ from rousseau.agent import Compaction, Message, Role, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.state import SessionStore, Store
 from rousseau.state.recall import SQLiteRecall
+from rousseau.state.store import StoreFullError
 from tests.postgres.server import Postgres
 
 pytestmark = pytest.mark.anyio
@@ -201,3 +202,18 @@ async def test_recall_prefers_rare_words_and_serves_the_agent_loop(store: Sessio
     appendix = await SQLiteRecall(store, top_k=3).appendix(current)
     assert "4711" in appendix
     assert "what was my locker code" not in appendix  # never the current session
+
+
+async def test_a_full_disk_under_postgresql_is_a_full_store(postgres: Postgres) -> None:
+    """PostgreSQL's disk_full (a table that cannot grow) is SQLite's StoreFullError too: the
+    router then waits for space with the message unacknowledged, where it gave the message
+    up after three tries."""
+    from rousseau.state.postgres import PostgresStore
+
+    store = await PostgresStore.open(postgres.new_database())
+    full = "DO $$ BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full'; END $$"
+    for connection in (store.transaction, store.urgent):
+        with pytest.raises(StoreFullError):
+            async with connection() as db:
+                await db.execute(full)
+    await store.aclose()
