@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.chaos_daemons import PostgresBackend, SQLiteBackend, postgres_server  # noqa: E402
 from bench.chaos_faults import FAULTS, Plan, Row  # noqa: E402
+from bench.chaos_stage import NotStarted  # noqa: E402
 
 QUICK = Plan(kills=2, chats=5, lead=2.0, between_kills=4.0, disk_s=5.0, hang_s=12.0)
 
@@ -67,7 +68,7 @@ def line(row: Row) -> str:
     start = f"{row.backend:<9} {row.fault:<32}"
     c = row.count
     if c is None:
-        return f"{start} skipped: {row.skipped}"
+        return f"{start} {'FAILED: ' + row.failed if row.failed else 'skipped: ' + row.skipped}"
     return (
         f"{start} {c.sent:>5} {c.lost:>5} {c.doubled:>8} {c.resent:>7} {c.misordered:>10}"
         f" {seconds(c.first_s):>13} {seconds(c.all_s):>13}{'' if row.met() else '  MISSED'}"
@@ -99,7 +100,10 @@ def _rows(
     fault: str, backend: SQLiteBackend | PostgresBackend, root: Path, plan: Plan
 ) -> list[Row]:
     root.mkdir(parents=True)
-    made = FAULTS[fault](backend, root, plan)
+    try:
+        made = FAULTS[fault](backend, root, plan)
+    except NotStarted as exc:  # the row says so; the others still run
+        return [Row(backend=backend.name, fault=fault, failed=str(exc))]
     return made if isinstance(made, list) else [made]
 
 
@@ -115,6 +119,7 @@ def write_json(path: Path, rows: list[Row], plan: Plan, took: dict[str, float]) 
                 "backend": row.backend,
                 "fault": row.fault,
                 "skipped": row.skipped or None,
+                "failed": row.failed or None,
                 "sent": c and c.sent,
                 "lost": c and c.lost,
                 "doubled": c and c.doubled,

@@ -59,11 +59,15 @@ class Row:
     """Kills in this row: each may resend one reply at the send boundary."""
     skipped: str = ""
     """Why the row was not run."""
+    failed: str = ""
+    """Why the row could not be measured (its daemons never answered a first message)."""
     notes: list[str] = field(default_factory=list)
 
     def met(self) -> bool:
         c = self.count
-        return c is None or (c.lost == 0 and c.doubled == 0 and c.resent <= self.kills)
+        if c is None:
+            return not self.failed
+        return c.lost == 0 and c.doubled == 0 and c.resent <= self.kills
 
 
 Backend = SQLiteBackend | PostgresBackend
