@@ -140,3 +140,28 @@ async def test_with_every_place_taken_the_courier_rests_until_one_is_free(
     assert [m.text for m in sent] == ["a", "b"]
     assert rounds <= 2, f"{rounds} looks at the outbox while no place was free"
     store.close()
+
+
+async def test_the_courier_rests_while_a_chats_first_part_waits_for_its_retry(
+    tmp_path: Path,
+) -> None:
+    """A part waiting for its retry (a flood wait, say) holds back its chat's later parts;
+    the courier rests until the retry is due, where it asked the store again at once."""
+    store = Store(tmp_path / "s.db")
+    state = CountingState(store)
+    transport = MemoryTransport("memory")
+    courier = Courier(transport, state)
+    await state.finish(
+        None,
+        [Outbound(transport="memory", chat_id="c", text=text) for text in ("one", "two")],
+    )
+    first = (await state.due("memory"))[0]
+    await state.retry_later(first.id, 60, "429", give_up=False)
+    state.rounds = 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(courier.run)
+        await resting()
+        tg.cancel_scope.cancel()
+    assert transport.sent == []
+    assert state.rounds <= 2, f"{state.rounds} looks at the outbox while nothing could go"
+    store.close()

@@ -242,8 +242,12 @@ class DaemonState:
         def op(db: sqlite3.Connection) -> tuple[int, float | None]:
             count, soonest = db.execute(
                 "SELECT count(*), min(CASE WHEN chat_id NOT IN"
-                " (SELECT value FROM json_each(?2)) THEN next_attempt_at END)"
-                " FROM outbox WHERE status = 'pending' AND transport = ?1",
+                " (SELECT value FROM json_each(?2))"
+                # A chat's later parts go when its first does (see due): its time is theirs.
+                " AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
+                " AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id < o.id)"
+                " THEN next_attempt_at END)"
+                " FROM outbox o WHERE status = 'pending' AND transport = ?1",
                 (transport, busy),
             ).fetchone()
             return int(count), None if soonest is None else float(soonest)

@@ -27,6 +27,7 @@ from rousseau.state.recall import CANDIDATES, RANKED, probed, rarest, words_of
 from rousseau.state.records import ImportedSession, SessionCopied
 from rousseau.state.store import (
     TITLE_LENGTH,
+    StoreFullError,
     decode_message,
     encode_content,
     new_session_id,
@@ -253,6 +254,14 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
+def _failed(exc: Exception) -> StoreError:
+    """psycopg's error as the store's: a full disk (disk_full, SQLSTATE 53100) is the same
+    StoreFullError as SQLite's, which the router waits out instead of giving up on."""
+    if getattr(exc, "sqlstate", None) == "53100":
+        return StoreFullError(f"session store: {exc}")
+    return StoreError(f"session store: {exc}")
+
+
 def any_word(words: list[str]) -> str | None:
     """A tsquery matching any of the words (each quoted: no query syntax gets through)."""
     return " | ".join(f"'{w}'" for w in words) or None
@@ -306,7 +315,7 @@ class PostgresStore:
             async with self._pool.connection() as conn, conn.transaction():
                 yield conn
         except psycopg.Error as exc:
-            raise StoreError(f"session store: {exc}") from exc
+            raise _failed(exc) from exc
 
     @asynccontextmanager
     async def urgent(self) -> AsyncIterator[AsyncConnection[Any]]:
@@ -324,7 +333,7 @@ class PostgresStore:
                 if self._urgent is not None:
                     await self._urgent.close()
                 self._urgent = None
-                raise StoreError(f"session store: {exc}") from exc
+                raise _failed(exc) from exc
 
     async def _migrate(self) -> list[int]:
         async with self.transaction() as db:

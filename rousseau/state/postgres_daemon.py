@@ -456,7 +456,10 @@ class PostgresDaemonState:
                 # Nor a part another live daemon is sending, or that waits behind one.
                 f" AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
                 f" AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id <= o.id"
-                f" AND e.claimed_by != %(me)s AND e.claimed_by IN {_LIVE}))"
+                f" AND e.claimed_by != %(me)s AND e.claimed_by IN {_LIVE})"
+                # A chat's later parts go when its first does (see due): its time is theirs.
+                f" AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.status = 'pending'"
+                f" AND e.transport = o.transport AND e.chat_id = o.chat_id AND e.id < o.id))"
                 f" FROM outbox o WHERE status = 'pending' AND transport = %(transport)s",
                 {
                     "skip": list(skip),

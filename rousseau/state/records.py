@@ -126,14 +126,16 @@ OUTBOX_COLUMNS = (
 
 def outbox_params(part: Outbound, now: float) -> tuple[object, ...]:
     """A part's values for a new outbox row: transport, chat_id, thread_id, reply_to, text,
-    next_attempt_at, created_at, buttons, attachment, replaces."""
+    next_attempt_at, created_at, buttons, attachment, replaces. It is due at once (0, not
+    `now`): a clock set back would otherwise hold it, and its chat's later parts, until the
+    clock caught up."""
     return (
         part.transport,
         part.chat_id,
         part.thread_id,
         part.reply_to,
         part.text,
-        now,
+        0.0,
         now,
         json.dumps(list(part.buttons)) if part.buttons else None,
         files_json((part.attachment,) if part.attachment else ()),

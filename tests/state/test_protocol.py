@@ -14,6 +14,7 @@ from rousseau.agent import Compaction, Message, Role, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.state import SessionStore, Store
 from rousseau.state.recall import SQLiteRecall
+from rousseau.state.store import StoreFullError
 from tests.postgres.server import Postgres
 
 pytestmark = pytest.mark.anyio
@@ -255,3 +256,18 @@ async def test_an_imported_session_keeps_its_times_and_is_copied_once(
     assert (another.copied, another.bound) == (True, False)  # the chat keeps its session
     reloaded = await store.load("go1")
     assert reloaded is not None and len(reloaded.messages) == 2
+
+
+async def test_a_full_disk_under_postgresql_is_a_full_store(postgres: Postgres) -> None:
+    """PostgreSQL's disk_full (a table that cannot grow) is SQLite's StoreFullError too: the
+    router then waits for space with the message unacknowledged, where it gave the message
+    up after three tries."""
+    from rousseau.state.postgres import PostgresStore
+
+    store = await PostgresStore.open(postgres.new_database())
+    full = "DO $$ BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full'; END $$"
+    for connection in (store.transaction, store.urgent):
+        with pytest.raises(StoreFullError):
+            async with connection() as db:
+                await db.execute(full)
+    await store.aclose()
