@@ -33,7 +33,7 @@ from rousseau.process import FULL_COLLECTION_EVERY, sd_notify, startup_objects_f
 from rousseau.providers.lazy import LazyProvider
 from rousseau.router import Router
 from rousseau.state.backend import Backend, open_backend
-from rousseau.state.cluster import adopting, elected
+from rousseau.state.cluster import elected
 from rousseau.state.lock import DaemonLock
 from rousseau.transports import build_transports
 from rousseau.transports.abilities import Abilities
@@ -162,7 +162,6 @@ class Daemon:
             await tg.start(parts.scheduler.run)
             if cluster is not None:
                 tg.start_soon(cluster.beating)
-                tg.start_soon(adopting, cluster, router.adopt)
                 if router.approvals is not None:
                     tg.start_soon(router.approvals.hear)
             for transport in self.transports.values():

@@ -65,6 +65,8 @@ class Member:
 
     def start(self) -> Member:
         env = {"PATH": os.environ["PATH"], "HOME": str(self.folder)}
+        if "PYTHONPATH" in os.environ:  # a checkout's code other than the installed one
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [*ROUSSEAU, "--config", str(self.config), "run"],

@@ -186,6 +186,10 @@ async def assemble(
         backend.cluster.stays = frozenset(
             name for name, t in transports.items() if Abilities.of(t).replies_stay
         )
+        # and another reply where its transport is connected: on the daemon elected for it
+        backend.cluster.elected = frozenset(
+            name for name, t in transports.items() if not Abilities.of(t).shares_connections
+        )
     return Parts(
         config=config,
         backend=backend,

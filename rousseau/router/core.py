@@ -6,8 +6,9 @@ acknowledged, and its reply is queued in the same transaction that marks it done
 
 This is the core: intake, the per-session queues and their workers, retries, delivery
 wiring and the lifecycle. The stages it hands work to are the chat commands (commands.py),
-the turn runner and its slots (turns.py), the sessions (sessions.py) and the replies
-(replies.py), each given what it needs when the Router is made.
+the turn runner and its slots (turns.py), the sessions (sessions.py), the replies
+(replies.py) and, where daemons share the state, the sharing of work (sharing.py), each
+given what it needs when the Router is made.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import functools
 import secrets
 import traceback
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -32,9 +33,11 @@ from rousseau.messages import Inbound, KeyValue
 from rousseau.metrics import Metrics
 from rousseau.policy import Admission, ChatPolicy, RateLimiter, Verdict
 from rousseau.router.commands import Command, Commands, Context
+from rousseau.router.intake import MAX_ATTEMPTS, IntakeFailures
 from rousseau.router.replies import Replies
 from rousseau.router.sessions import Sessions
 from rousseau.router.settings import RouterSettings
+from rousseau.router.sharing import Sharing
 from rousseau.router.turns import Turns, TurnSlots
 from rousseau.state import SessionStore, Store
 from rousseau.state.daemon_state import DaemonState, TransportState
@@ -48,8 +51,6 @@ BROKEN_REPLY = (
     "Sorry, something went wrong on my side while handling that message, "
     "and trying again did not help. My owner can find it in the logs."
 )
-MAX_ATTEMPTS = 3
-"""Tries of one message that keeps failing (not for want of disk) before it is given up."""
 RETRY_CAP = 30.0
 
 
@@ -97,10 +98,9 @@ class Router:
     transport_state: Callable[[str], KeyValue] | None = None
     """A transport's own durable state; None: TransportState beside a SQLite `store`."""
     shared: SharedState | None = None
-    """Where several daemons share the store: each turn holds its session, so one
-    session's turns never run on two daemons at once (and the session is read afresh, since
-    another daemon may have added to it), after answering its chat's earlier messages that
-    a dead daemon left."""
+    """Where several daemons share the store: each turn holds its session (see
+    router/sharing.py), and messages taken in while every turn slot is busy are handed over
+    to a daemon with a free one."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -119,7 +119,7 @@ class Router:
             self.approvals.waiting = self._slots.released
         self._queues: dict[str, deque[_Item]] = {}
         self._couriers: dict[str, Courier] = {}
-        self._intake_failures: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._intake_failures = IntakeFailures(self.metrics)
         self._sessions = Sessions(
             store=self.store,
             state=self.state,
@@ -154,6 +154,20 @@ class Router:
             admission=self.admission,
             approvals=self.approvals,
         )
+        self._sharing: Sharing | None = None
+        if self.shared is not None:
+            turns = settings.max_concurrent_turns
+            self._sharing = Sharing(
+                shared=self.shared,
+                answer=self._answer,
+                sessions=self._sessions,
+                routes=self.routes,
+                commands=self._commands,
+                transports=self.transports,
+                queues=self._queues,
+                room=lambda: 0 if self._closing else turns - len(self._queues),
+                take=functools.partial(self.adopt, pulled=True),
+            )
         self._tg: TaskGroup | None = None
         self._closing = False
         self._idle = anyio.Event()
@@ -181,33 +195,14 @@ class Router:
         except StoreFullError:
             raise  # not this message's fault: it waits, unacknowledged, for space
         except Exception as exc:
-            if not self._poison(inbound, exc):
+            if not self._intake_failures.given_up(inbound, exc):
                 raise
             return
         if admitted.verdict is Verdict.TURN:
-            self._dispatch(_Item(inbound, replay=False))
+            if not (self._sharing and await self._sharing.handed_over(inbound)):
+                self._dispatch(_Item(inbound, replay=False))
             if inbound.transport in self.settings.acks and self._tg is not None:
                 self._tg.start_soon(self._turns.ack, inbound)
-
-    def _poison(self, inbound: Inbound, exc: Exception) -> bool:
-        """Count a failed intake; True once this message has failed too often to retry."""
-        key = (inbound.transport, inbound.message_id)
-        failures = self._intake_failures.pop(key, 0) + 1
-        self._intake_failures[key] = failures
-        while len(self._intake_failures) > 1000:
-            self._intake_failures.popitem(last=False)
-        self.metrics.retries.labels("intake").inc()
-        if failures < MAX_ATTEMPTS:
-            log.warning("router.intake_failed", attempt=failures, exc_info=exc)
-            return False
-        log.error(
-            "router.intake_gave_up",
-            transport=inbound.transport,
-            message=inbound.message_id,
-            exc_info=exc,
-        )
-        self.metrics.failed_inbound.labels(inbound.transport).inc()
-        return True
 
     # -- session queues -------------------------------------------------------------------
 
@@ -247,6 +242,8 @@ class Router:
             del self._queues[key]
             if not self._queues:
                 self._idle.set()
+            if self._sharing:  # a turn slot freed: work may wait for it
+                self._sharing.freed()
 
     async def _failed(self, key: str, item: _Item, exc: Exception) -> bool:
         """After a message's processing failed: wait and return True to retry it, or record
@@ -296,25 +293,21 @@ class Router:
             message=inbound.message_id,
             agent=inbound.agent,
         ):
-            command = self._commands.named(inbound)
-            if command is not None:
-                await self._replies.reply(inbound, await command.run(self._context, inbound))
-                return
-            if inbound.refusal:  # its files were refused: say so, and spend no model call
-                await self._replies.reply(inbound, inbound.refusal)
-                return
             retried = item.replay or bool(item.attempts or item.waits)
-            if self.shared is None:
-                await self._turns.answer(inbound, retried=retried)
-                return
-            async with self.shared.session_claimed(inbound.session_key):
-                self._sessions.forget(inbound.session_key)  # another daemon may have added
-                for left in await self.shared.earlier(inbound):  # the chat's order first
-                    log.info("router.replay", transport=left.transport, message=left.message_id)
-                    agent = self.routes.agent_of(left)
-                    await self._turns.answer(replace(left, agent=agent), retried=True)
-                if await self.shared.unanswered(inbound):
-                    await self._turns.answer(inbound, retried=retried)
+            if self._sharing:  # holding its session, after its chat's earlier messages
+                await self._sharing.answer(inbound, retried=retried)
+            else:
+                await self._answer(inbound, retried=retried)
+
+    async def _answer(self, inbound: Inbound, *, retried: bool, quiet: bool = False) -> None:
+        """A command's reply, a refusal or a turn's answer (see Turns.answer)."""
+        command = self._commands.named(inbound)
+        if command is not None:
+            await self._replies.reply(inbound, await command.run(self._context, inbound))
+        elif inbound.refusal:  # its files were refused: say so, and spend no model call
+            await self._replies.reply(inbound, inbound.refusal)
+        else:
+            await self._turns.answer(inbound, retried=retried, quiet=quiet)
 
     # -- delivery -------------------------------------------------------------------------
 
@@ -348,18 +341,23 @@ class Router:
     # -- running --------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Host the session workers; replay what a crash left pending; run until cancelled."""
+        """Host the session workers; replay what a crash left pending (where daemons share
+        the store, pull the work waiting there as room allows); run until cancelled."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            self.adopt(await self.state.pending())
+            if self._sharing:
+                tg.start_soon(self._sharing.run, self.wake)
+            else:
+                self.adopt(await self.state.pending())
             task_status.started()
             await anyio.sleep_forever()
 
-    def adopt(self, pending: list[Inbound]) -> None:
+    def adopt(self, pending: list[Inbound], *, pulled: bool = False) -> None:
         """Answer messages accepted before but never answered: what a crash left here, or
-        (where daemons share the store) what a dead daemon left."""
+        (`pulled`, where daemons share the store) what waited for a free turn slot."""
         for inbound in pending:
-            log.info("router.replay", transport=inbound.transport, message=inbound.message_id)
+            if not pulled:
+                log.info("router.replay", transport=inbound.transport, message=inbound.message_id)
             self._dispatch(_Item(inbound, replay=True))
 
     @property

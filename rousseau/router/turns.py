@@ -179,9 +179,10 @@ class Turns:
         except Exception as exc:
             log.info("router.ack_failed", transport=inbound.transport, error=str(exc))
 
-    async def answer(self, inbound: Inbound, *, retried: bool) -> None:
+    async def answer(self, inbound: Inbound, *, retried: bool, quiet: bool = False) -> None:
         """A turn for the inbound, its reply queued; where it was `retried` (or replayed),
-        what an earlier try left is picked up (an answer it finished is only replied)."""
+        what an earlier try left is picked up (an answer it finished is only replied).
+        A `quiet` turn shows nothing in the chat before its answer (no typing, no preview)."""
         session = await self._sessions.get(inbound)
         current_inbound.set(inbound)  # this task's context: tools see which chat asked
         with structlog.contextvars.bound_contextvars(session=session.id):
@@ -207,9 +208,9 @@ class Turns:
             )
             outgoing_files.set(outgoing)  # what send_file adds goes out with the answer
             shown_at: list[int] = []
-            preview = self._preview(inbound, progress.preview, shown_at)
+            preview = None if quiet else self._preview(inbound, progress.preview, shown_at)
             try:
-                answer = await self._turn(session, inbound, preview)
+                answer = await self._turn(session, inbound, preview, typing=not quiet)
             except StoreError:
                 await self._settle_history(inbound, session.id)
                 raise
@@ -289,7 +290,9 @@ class Turns:
             shown_at.append(self._said(inbound))
         await self._state.shown_preview(inbound, ids)
 
-    async def _turn(self, session: Session, inbound: Inbound, preview: Preview | None) -> str:
+    async def _turn(
+        self, session: Session, inbound: Inbound, preview: Preview | None, *, typing: bool
+    ) -> str:
         """The turn's answer, or an honest apology if the model failed or took too long.
         A store failure propagates: the message is then retried, not answered."""
         started = time.monotonic()
@@ -298,7 +301,8 @@ class Turns:
         async with anyio.create_task_group() as tg:
             # Typing and the preview start when due: most turns end before either is.
             later = _Later(tg)
-            later.start(TYPING_AFTER, self._typing, inbound)
+            if typing:
+                later.start(TYPING_AFTER, self._typing, inbound)
             if preview is not None:
                 preview.due = functools.partial(later.start, fn=preview.run)
             try:

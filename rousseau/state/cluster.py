@@ -1,10 +1,9 @@
-"""The loops each daemon of a cluster runs beside its work: the election of the one daemon
-that runs a transport allowing a single connection, and the adoption of what a dead daemon
-accepted and left unanswered.
+"""The loop each daemon of a cluster runs for every transport that allows a single
+connection: the election of the one daemon that runs it. (What a dead daemon left unanswered
+is pulled by the routers of the others, see SharedState.pull.)
 
-They know a transport by its name and the router by the callables they are given (a
-coroutine function that runs the transport, the router's `adopt`): the state never imports
-either.
+It knows a transport by its name, and what runs it by the coroutine function it is given:
+the state never imports a transport.
 """
 
 from __future__ import annotations
@@ -13,15 +12,11 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import structlog
 
 if TYPE_CHECKING:
-    from rousseau.messages import Inbound
     from rousseau.state.postgres_daemon import PostgresDaemonState
 
-__all__ = ["adopting", "elected"]
-
-log = structlog.get_logger("rousseau.state")
+__all__ = ["elected"]
 
 
 async def elected(
@@ -44,14 +39,3 @@ async def elected(
                 await poller.lost()
                 tg.cancel_scope.cancel()
         await stop()
-
-
-async def adopting(cluster: PostgresDaemonState, adopt: Callable[[list[Inbound]], None]) -> None:
-    """Every third of the lease, `adopt` (the router's) what a dead daemon of the cluster
-    accepted and left unanswered."""
-    while True:
-        await anyio.sleep(cluster.lease / 3)
-        try:
-            adopt(await cluster.orphans())
-        except Exception as exc:  # the database is away: the next round tries again
-            log.warning("cluster.adopt_failed", error=str(exc))

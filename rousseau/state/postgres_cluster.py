@@ -1,12 +1,12 @@
 """What several daemons on one PostgreSQL hold on connections of their own: the election of a
-transport's poller (an advisory lock that the server frees the moment its holder dies) and the
-relay of approval answers between daemons (LISTEN/NOTIFY)."""
+transport's poller (an advisory lock that the server frees the moment its holder dies), the
+news of work between daemons and the relay of approval answers (LISTEN/NOTIFY)."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -51,6 +51,43 @@ class Poller:
             except (psycopg.Error, TimeoutError) as exc:
                 log.warning("cluster.poller_lost", error=str(exc) or type(exc).__name__)
                 return
+
+
+WORK_CHANNEL = "rousseau_work"
+"""Where daemons tell each other of work: a message handed over, or a reply to send."""
+INBOX_NEWS = "inbox"
+"""Said when messages wait to be pulled (handed over, or left by a daemon that stopped)."""
+OUTBOX_NEWS = "outbox "
+"""Followed by a transport's name: a reply of it was queued for the daemon elected for it."""
+
+
+async def hear_work(
+    store: PostgresStore, every: float, work: Callable[[], None], parts: Callable[[str], None]
+) -> None:
+    """Listen for the news of work on a connection of this daemon's own until cancelled
+    (see PostgresDaemonState.listen); `work()` also on every connection (what was said
+    while not listening) and every `every` seconds, when the connection is checked too."""
+    import psycopg
+
+    while True:
+        conn = await own_connection(store, "work")
+        try:
+            await conn.execute(f"LISTEN {WORK_CHANNEL}")
+            while True:
+                work()
+                async for note in conn.notifies(timeout=every):
+                    if note.payload == INBOX_NEWS:
+                        work()
+                    elif note.payload.startswith(OUTBOX_NEWS):
+                        parts(note.payload.removeprefix(OUTBOX_NEWS))
+                with anyio.fail_after(every):
+                    await conn.execute("SELECT 1")
+        except (psycopg.Error, TimeoutError) as exc:
+            log.warning("cluster.work_listen_lost", error=str(exc) or type(exc).__name__)
+            await anyio.sleep(ELECTION_POLL)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.close()
 
 
 APPROVALS_CHANNEL = "rousseau_approvals"

@@ -1,11 +1,12 @@
 """The daemon's inbox, outbox and chat map on PostgreSQL, shared by several daemons.
 
 Each daemon registers itself (`daemons`) and beats while it lives. Work is claimed by a
-daemon's id: an inbound by the daemon that accepted it, outbox parts by the daemon that takes
-them to send (`FOR UPDATE SKIP LOCKED`, so two daemons never take the same part). A daemon
-whose last beat is older than the lease is dead: what it had claimed and not finished is
-taken over by whichever daemon asks next. The lease is the only clock that matters: a live
-daemon beats several times within it, so its claims are never taken while it works.
+daemon's id: an inbound by the daemon that accepted it (or that pulled it, handed over by a
+daemon with no free turn slot), outbox parts by the daemon that takes them to send (`FOR
+UPDATE SKIP LOCKED`, so two daemons never take the same part). A daemon whose last beat is
+older than the lease is dead: what it had claimed and not finished is taken over by whichever
+daemon asks next. The lease is the only clock that matters: a live daemon beats several times
+within it, so its claims are never taken while it works.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ from rousseau.messages import DEFAULT_AGENT, Inbound, Outbound
 from rousseau.state.postgres import PostgresStore
 from rousseau.state.postgres_cluster import (
     ELECTION_POLL,
+    INBOX_NEWS,
+    OUTBOX_NEWS,
+    WORK_CHANNEL,
     Poller,
     PostgresApprovals,
+    hear_work,
     own_connection,
 )
 from rousseau.state.records import (
@@ -61,6 +66,8 @@ LEASE = 30.0
 _LIVE = "(SELECT id FROM daemons WHERE beat_at >= %(stale)s)"
 """The daemons that beat within the lease: a claim held by any other (dead, or gone after a
 clean stop) may be taken over."""
+_FREE = f"(claimed_by IS NULL OR claimed_by NOT IN {_LIVE})"
+"""An inbox row no live daemon holds: handed over, or left by a daemon that died or left."""
 
 _INBOUND = (
     "transport, chat_id, sender_id, message_id, text, is_group, mentioned, thread_id, at,"
@@ -103,6 +110,11 @@ class PostgresDaemonState:
         self.stays: frozenset[str] = frozenset()
         """Transports whose replies this daemon sends itself, claimed as they are queued:
         the web page or API call waiting for one is connected to this daemon alone."""
+        self.elected: frozenset[str] = frozenset()
+        """Transports that run on the one daemon elected for each: a reply queued here for
+        one that another daemon runs is announced to it, whose courier sends it."""
+        self._polled: set[str] = set()
+        """The transports this daemon is elected for, now."""
 
     def _stale(self) -> float:
         return self.clock() - self.lease
@@ -130,6 +142,7 @@ class PostgresDaemonState:
                 (self.id,),
             )
             await db.execute("DELETE FROM daemons WHERE id = %s", (self.id,))
+            await db.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, INBOX_NEWS))
 
     async def beating(self) -> None:
         """Beat every third of the lease until cancelled (a failed beat is tried again)."""
@@ -179,8 +192,10 @@ class PostgresDaemonState:
                     (transport, self.id, time.time()),
                 )
             log.info("cluster.polling", transport=transport, daemon=self.id)
+            self._polled.add(transport)
             yield Poller(conn)
         finally:
+            self._polled.discard(transport)
             with anyio.CancelScope(shield=True):
                 await conn.close()  # and with it the lock
 
@@ -314,25 +329,65 @@ class PostgresDaemonState:
     async def pending(self) -> list[Inbound]:
         """Inbound messages accepted but not yet answered, oldest first: this daemon's own,
         unclaimed ones, and those of dead daemons, which are claimed for this one here."""
-        return await self._claim_unanswered("claimed_by = %(me)s OR")
-
-    async def orphans(self) -> list[Inbound]:
-        """Inbound messages that no live daemon holds (their daemon died, or left before
-        answering them), oldest first; claimed here for this one."""
-        return await self._claim_unanswered("")
-
-    async def _claim_unanswered(self, own: str) -> list[Inbound]:
         async with self.store.transaction() as db:
             cursor = await db.execute(
                 f"UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
                 f" (SELECT transport, message_id FROM inbox WHERE status = 'pending'"
-                f" AND ({own} claimed_by IS NULL OR claimed_by NOT IN {_LIVE})"
-                f" FOR UPDATE SKIP LOCKED) RETURNING {_INBOUND}, received_at",
+                f" AND (claimed_by = %(me)s OR {_FREE}) FOR UPDATE SKIP LOCKED)"
+                f" RETURNING {_INBOUND}, received_at",
                 {"me": self.id, "stale": self._stale()},
             )
             rows = await cursor.fetchall()
         rows.sort(key=lambda r: r[-1])
         return [_inbound(r) for r in rows]
+
+    async def hand_over(self, inbound: Inbound) -> None:
+        """Leave a message this daemon accepted for any daemon to answer (this one has no
+        free turn slot): its claim is dropped, and the daemons are told work waits."""
+        async with self.store.transaction() as db:
+            await db.execute(
+                "UPDATE inbox SET claimed_by = NULL WHERE transport = %s AND message_id = %s"
+                " AND claimed_by = %s AND status = 'pending'",
+                (inbound.transport, inbound.message_id, self.id),
+            )
+            await db.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, INBOX_NEWS))
+
+    async def pull(self, chats: int) -> list[Inbound]:
+        """The waiting messages of up to `chats` chats no other live daemon works on, the
+        chat waiting longest first, claimed for this daemon, oldest first: those handed
+        over, and those a dead daemon (or one that left) did not answer."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                f"WITH chats AS MATERIALIZED (SELECT transport, chat_id, thread FROM"
+                f" (SELECT transport, chat_id, coalesce(thread_id, '') AS thread,"
+                f" min(received_at) AS first FROM inbox WHERE status = 'pending'"
+                f" GROUP BY 1, 2, 3 HAVING count(*) FILTER (WHERE {_FREE}) > 0"
+                f" AND count(*) FILTER (WHERE claimed_by != %(me)s"
+                f" AND claimed_by IN {_LIVE}) = 0 ORDER BY first OFFSET 0) waiting"
+                # One daemon takes a chat at a time, and none while a message of it is being
+                # taken in or its earlier messages looked for (see _chat_locked). The lock
+                # is tried chat by chat in order until enough are taken (OFFSET 0 keeps the
+                # planner from trying it on every chat, below the sort).
+                f" WHERE pg_try_advisory_xact_lock(hashtextextended("
+                f"transport || ':' || chat_id || ':' || thread, 0)) LIMIT %(chats)s)"
+                f" UPDATE inbox SET claimed_by = %(me)s WHERE (transport, message_id) IN"
+                f" (SELECT i.transport, i.message_id FROM inbox i JOIN chats c"
+                f" ON c.transport = i.transport AND c.chat_id = i.chat_id"
+                f" AND c.thread = coalesce(i.thread_id, '')"
+                f" WHERE i.status = 'pending' AND {_FREE} FOR UPDATE OF i SKIP LOCKED)"
+                f" RETURNING {_INBOUND}, received_at",
+                {"me": self.id, "stale": self._stale(), "chats": chats},
+            )
+            rows = await cursor.fetchall()
+        rows.sort(key=lambda r: r[-1])
+        return [_inbound(r) for r in rows]
+
+    async def listen(self, work: Callable[[], None], parts: Callable[[str], None]) -> None:
+        """Until cancelled: `work()` when messages may wait to be pulled (another daemon
+        handed one over or left; on every connection; every third of the lease, for a
+        dead daemon's), `parts(transport)` when another daemon queued a reply of a
+        transport this one may be elected for."""
+        await hear_work(self.store, self.lease / 3, work, parts)
 
     async def earlier(self, inbound: Inbound) -> list[Inbound]:
         """Called holding `inbound`'s session: the messages of its chat accepted before it
@@ -382,8 +437,10 @@ class PostgresDaemonState:
         history: str | None = None,
     ) -> None:
         """In one transaction: queue the reply parts and mark the inbound done (or failed).
-        `history` asks nothing more here: the history's writes were each awaited."""
+        `history` asks nothing more here: the history's writes were each awaited. A part
+        of a transport another daemon is elected for is announced to that daemon."""
         now = time.time()
+        far = {p.transport for p in parts} & (self.elected - self._polled)
         async with self.store.transaction() as db:
             async with db.cursor() as cursor:
                 await cursor.executemany(
@@ -395,6 +452,8 @@ class PostgresDaemonState:
                         for p in parts
                     ],
                 )
+            for name in sorted(far):
+                await db.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, OUTBOX_NEWS + name))
             if inbound is not None:
                 await db.execute(
                     "UPDATE inbox SET status = %s, error = %s, claimed_by = NULL"

@@ -8,7 +8,7 @@ runs one suite against both. The records these protocols speak in are the store'
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -295,7 +295,8 @@ class JobStore(Protocol):
 
 class SharedState(Protocol):
     """What a router needs where several daemons share the state: one session's turns on
-    one daemon at a time, and each chat's messages answered in the order they came."""
+    one daemon at a time, each chat's messages answered in the order they came, and the
+    work of a daemon whose turn slots are full taken by one with a free slot."""
 
     def session_claimed(self, session_key: str) -> AbstractAsyncContextManager[None]:
         """Held around a turn of the session."""
@@ -309,4 +310,18 @@ class SharedState(Protocol):
     async def unanswered(self, inbound: Inbound) -> bool:
         """Holding its session: whether it still waits for its answer (another daemon may
         have answered it first, as one of its chat's earlier messages)."""
+        ...
+
+    async def hand_over(self, inbound: Inbound) -> None:
+        """Leave a message this daemon accepted for whichever daemon pulls it first."""
+        ...
+
+    async def pull(self, chats: int) -> list[Inbound]:
+        """The waiting messages of up to `chats` chats no other daemon works on, claimed
+        for this one, oldest first (a dead daemon's unanswered messages among them)."""
+        ...
+
+    async def listen(self, work: Callable[[], None], parts: Callable[[str], None]) -> None:
+        """Until cancelled: `work()` whenever messages may wait to be pulled, and
+        `parts(transport)` when another daemon queued a reply for this one to send."""
         ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -280,7 +281,7 @@ async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Po
     assert [r.message.text for r in await one.due("telegram")] == ["reply"]
     # While `one` beats, its inbound and its part are its own.
     assert await two.pending() == [] and await two.due("telegram") == []
-    assert await two.orphans() == [] and await one.orphans() == []  # never one's own
+    assert await two.pull(10) == [] and await one.pull(10) == []  # never one's own
     clock.advance(18)
     await one.beat()
     clock.advance(18)  # a lease after its first beat, not after its last
@@ -289,11 +290,11 @@ async def test_a_dead_daemons_claims_are_taken_over_after_its_lease(postgres: Po
     # `one` dies (no more beats): after the lease, `two` takes both over; not before.
     clock.advance(11)  # a second short of a lease after its last beat
     await two.beat()
-    assert await two.orphans() == [] and await two.due("telegram") == []
+    assert await two.pull(10) == [] and await two.due("telegram") == []
     clock.advance(2)
     await two.beat()
-    assert [i.message_id for i in await two.orphans()] == ["1"]
-    assert await two.orphans() == []  # now two's own
+    assert [i.message_id for i in await two.pull(10)] == ["1"]
+    assert await two.pull(10) == []  # now two's own
     assert [r.message.text for r in await two.due("telegram")] == ["reply"]
     await pg.aclose()
 
@@ -417,6 +418,121 @@ async def test_a_daemon_that_leaves_frees_its_claims_at_once(postgres: Postgres)
     await one.leave()
     assert [i.message_id for i in await two.pending()] == ["1"]
     assert await one.accept(inbound(1)) is False  # still deduplicated across daemons
+    await pg.aclose()
+
+
+async def test_a_message_handed_over_is_pulled_with_its_chat_by_one_daemon(
+    postgres: Postgres,
+) -> None:
+    """A daemon with no free turn slot hands messages over; a daemon pulls the waiting
+    messages of whole chats, the chat waiting longest first, never of a chat another live
+    daemon works on."""
+    pg, one, two = await pg_daemons(postgres)
+    await one.accept(inbound(1))  # one answers it: chat 42 is one's
+    for n, chat in ((2, "42"), (3, "7"), (4, "8"), (5, "7")):
+        await one.accept(inbound(n, chat=chat))
+        await one.hand_over(inbound(n, chat=chat))
+    assert [i.message_id for i in await two.pull(1)] == ["3", "5"]  # chat 7, all of it
+    assert [i.message_id for i in await two.pull(5)] == ["4"]  # 42 is one's to answer
+    assert await two.pull(5) == []
+    assert [i.message_id for i in await one.pull(5)] == ["2"]  # its own chat's
+    assert await one.pull(5) == []
+    await one.finish(inbound(1), [part("a1")])
+    await one.finish(inbound(2), [part("a2")])
+    await one.accept(inbound(6))
+    await one.hand_over(inbound(6))
+    assert [i.message_id for i in await two.pull(5)] == ["6"]  # nobody works on 42 now
+    await pg.aclose()
+
+
+async def test_daemons_pulling_at_once_take_each_chat_once(postgres: Postgres) -> None:
+    pg, one, two = await pg_daemons(postgres)
+    for n in range(60):
+        await one.accept(inbound(n, chat=str(n % 20)))
+        await one.hand_over(inbound(n, chat=str(n % 20)))
+    taken: dict[str, list[Inbound]] = {"one": [], "two": []}
+
+    async def drain(name: str, daemon: Any) -> None:
+        while pulled := await daemon.pull(3):
+            taken[name] += pulled
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drain, "one", one)
+        tg.start_soon(drain, "two", two)
+    ids = [i.message_id for i in taken["one"] + taken["two"]]
+    assert sorted(ids, key=int) == [str(n) for n in range(60)]  # each once
+    chats = [{i.chat_id for i in taken[name]} for name in ("one", "two")]
+    assert not chats[0] & chats[1]  # each chat went to one daemon
+    await pg.aclose()
+
+
+async def test_a_pull_locks_only_the_chats_it_takes(postgres: Postgres) -> None:
+    """Were every waiting chat locked by one daemon's pull, another pulling at the same time
+    would find none to take, and stop looking."""
+    pg, one, two = await pg_daemons(postgres)
+    for n in range(20):
+        await one.accept(inbound(n, chat=str(n)))
+        await one.hand_over(inbound(n, chat=str(n)))
+    held: list[int] = []
+    transaction = pg.transaction
+
+    @asynccontextmanager
+    async def counted() -> AsyncIterator[Any]:
+        async with transaction() as db:
+            yield db
+            cursor = await db.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND pid = pg_backend_pid()"
+            )
+            row = await cursor.fetchone()
+            held.append(row[0])
+
+    pg.transaction = counted  # type: ignore[method-assign]
+    assert [i.message_id for i in await two.pull(2)] == ["0", "1"]
+    assert held == [2]
+    await pg.aclose()
+
+
+async def test_a_daemon_hears_of_work_handed_over_and_of_replies_for_it_to_send(
+    postgres: Postgres,
+) -> None:
+    """Handed-over messages wake every daemon; a reply of a transport one daemon is elected
+    for, queued on another, wakes the elected one's courier (its own replies, it wakes
+    itself)."""
+    pg, one, two = await pg_daemons(postgres)
+    one.elected = two.elected = frozenset({"telegram"})
+    heard: list[str] = []
+    news = anyio.Event()
+
+    def hear(what: str) -> None:
+        nonlocal news
+        heard.append(what)
+        news.set()
+
+    async def until(what: str) -> None:
+        nonlocal news
+        with anyio.fail_after(10):
+            while what not in heard:
+                news = anyio.Event()
+                await news.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(two.listen, lambda: hear("work"), hear)
+        await until("work")  # on connecting: what was said while not listening
+        heard.clear()
+        await one.accept(inbound(1))
+        await one.hand_over(inbound(1))
+        await until("work")
+        async with two.polling("telegram"):
+            heard.clear()
+            await one.finish(None, [part("from one")])
+            await until("telegram")
+            heard.clear()
+            await two.finish(None, [part("two's own")])
+            await one.leave()  # frees its claims: the others are told
+            await until("work")
+            assert heard == ["work"]  # nothing said of two's own reply, before
+        tg.cancel_scope.cancel()
     await pg.aclose()
 
 
