@@ -1,12 +1,11 @@
 """The daemon's inbox, outbox and chat map on PostgreSQL, shared by several daemons.
 
 Each daemon registers itself (`daemons`) and beats while it lives. Work is claimed by a
-daemon's id: an inbound by the daemon that accepted it (or that pulled it, handed over by a
-daemon with no free turn slot), outbox parts by the daemon that takes them to send (`FOR
-UPDATE SKIP LOCKED`, so two daemons never take the same part). A daemon whose last beat is
-older than the lease is dead: what it had claimed and not finished is taken over by whichever
-daemon asks next. The lease is the only clock that matters: a live daemon beats several times
-within it, so its claims are never taken while it works.
+daemon's id: an inbound by the daemon that accepted it (or pulled it, handed over by one with
+no free turn slot), outbox parts by the daemon that takes them to send (`FOR UPDATE SKIP
+LOCKED`: two daemons never take one part). A daemon whose last beat is older than the lease
+is dead: what it claimed and did not finish is taken over by whichever daemon asks next. A
+live daemon beats several times within the lease, so its claims are never taken while it works.
 """
 
 from __future__ import annotations
