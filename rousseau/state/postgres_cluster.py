@@ -33,6 +33,26 @@ async def own_connection(store: PostgresStore, purpose: str) -> Any:
             await anyio.sleep(ELECTION_POLL)
 
 
+class SharedClock:
+    """The database's clock, carried between readings by this host's monotonic clock. Every
+    daemon's beats and leases read it: a host whose own clock was set back (NTP, a VM
+    restored) beat in the past, was taken for dead and had its turns adopted while it was
+    still answering them."""
+
+    def __init__(self) -> None:
+        self._offset = time.time() - time.monotonic()  # this host's, until the first reading
+
+    def __call__(self) -> float:
+        return time.monotonic() + self._offset
+
+    async def read(self, db: Any) -> None:
+        """Take the database's time now (`db`: a connection in a transaction)."""
+        cursor = await db.execute("SELECT extract(epoch FROM clock_timestamp())")
+        row = await cursor.fetchone()
+        if row is not None:
+            self._offset = float(row[0]) - time.monotonic()
+
+
 class Poller:
     """This daemon's hold on a transport's poller lock."""
 

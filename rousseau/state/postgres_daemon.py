@@ -4,8 +4,8 @@ Each daemon registers itself (`daemons`) and beats while it lives. Work is claim
 daemon's id: an inbound by the daemon that accepted it (or pulled it, handed over by one with
 no free turn slot), outbox parts by the daemon that takes them to send (`FOR UPDATE SKIP
 LOCKED`: two daemons never take one part). A daemon whose last beat is older than the lease
-is dead: what it claimed and did not finish is taken over by whichever daemon asks next. A
-live daemon beats several times within the lease, so its claims are never taken while it works.
+is dead: what it claimed and did not finish is taken over by whichever daemon asks next. Beats
+are read by the database's clock, several within a lease: a live daemon's claims are kept.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from rousseau.state.postgres_cluster import (
     WORK_CHANNEL,
     Poller,
     PostgresApprovals,
+    SharedClock,
     hear_work,
     own_connection,
 )
@@ -98,30 +99,29 @@ class PostgresDaemonState:
         store: PostgresStore,
         *,
         lease: float = LEASE,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
-        self.clock = clock
-        """The wall clock that beats and leases are read by (a test's, which it advances)."""
+        self.clock = clock or SharedClock()
+        """The clock of beats and leases: the database's (a test's, which it advances)."""
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         """This daemon, as its claims name it."""
         self.stays: frozenset[str] = frozenset()
-        """Transports whose replies this daemon sends itself, claimed as they are queued:
-        the web page or API call waiting for one is connected to this daemon alone."""
+        """Transports whose replies this daemon sends itself, claimed as queued (a web page)."""
         self.elected: frozenset[str] = frozenset()
-        """Transports that run on the one daemon elected for each: a reply queued here for
-        one that another daemon runs is announced to it, whose courier sends it."""
-        self._polled: set[str] = set()
-        """The transports this daemon is elected for, now."""
+        """One-daemon transports: a reply for one that another daemon runs is announced to it."""
+        self._polled: set[str] = set()  # the transports this daemon is elected for, now
 
     def _stale(self) -> float:
         return self.clock() - self.lease
 
     async def beat(self) -> None:
         """Say this daemon lives (call it well within every lease: a third of it)."""
-        now = self.clock()
         async with self.store.transaction() as db:
+            if isinstance(self.clock, SharedClock):
+                await self.clock.read(db)
+            now = self.clock()
             await db.execute(
                 "INSERT INTO daemons (id, host, pid, started_at, beat_at)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET beat_at = %s",

@@ -680,3 +680,23 @@ async def test_an_approval_asked_on_one_daemon_is_answered_on_another(
     [decision] = decisions
     assert decision.allow and decision.by == "owner telegram:1"
     await pg.aclose()
+
+
+async def test_a_daemon_whose_clock_is_set_back_is_not_taken_for_dead(
+    postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rousseau.state.postgres import PostgresStore
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+
+    pg = await PostgresStore.open(postgres.new_database())
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)  # one's host: an hour behind
+    one = PostgresDaemonState(pg, lease=30.0)
+    await one.beat()
+    assert await one.accept(inbound(1)) is True  # one answers it
+    monkeypatch.setattr(time, "time", real)  # two's host: right
+    two = PostgresDaemonState(pg, lease=30.0)
+    await two.beat()
+    assert await two.pull(10) == []  # one lives: its message is not taken from it
+    assert abs(one.clock() - two.clock()) < 5  # both read the database's clock
+    await pg.aclose()
