@@ -139,7 +139,8 @@ def _provider(args: argparse.Namespace, answers: Answers, env: Config, folder: P
         raise Failed("--base-url: the Claude CLI has no API address to set", 2)
     # An address given through the environment is written: later commands and the service
     # read the file, not this shell's variables.
-    answers.base_url = answers.base_url or _from_env(name, "base_url")
+    if name != "claudecli":
+        answers.base_url = answers.base_url or _from_env(name, "base_url")
     if name == "openai" and not args.yes and not answers.base_url:  # given: not asked
         answers.base_url = _ask_address(answers.base_url)
     variable = PROVIDERS[name][1]
