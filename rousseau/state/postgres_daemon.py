@@ -257,7 +257,7 @@ class PostgresDaemonState:
                     inbound.mentioned,
                     inbound.at,
                     "ignored" if ignored else "pending",
-                    time.time(),
+                    self.clock(),  # one clock for every daemon: the order of arrival
                     files_json(inbound.attachments),
                     inbound.refusal,
                     None if ignored else self.id,
