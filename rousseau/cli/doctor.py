@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rousseau.cli.common import close_provider, load, with_state
 from rousseau.messages import DEFAULT_AGENT
+from rousseau.private import private_folder
 
 if TYPE_CHECKING:
     from rousseau.config import Config
@@ -120,7 +121,7 @@ def _doctor_folders(config: Config, report: Report, *, fix: bool) -> None:
             report(False, what, f"{folder} is not a folder")
         elif fix:
             try:
-                folder.mkdir(mode=0o700, parents=True)
+                private_folder(folder)
                 report.fixed(what, f"made {folder}")
             except OSError as exc:
                 report(False, what, f"cannot make {folder}: {exc.strerror}")

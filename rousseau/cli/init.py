@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from rousseau.cli import common
 from rousseau.cli.common import close_provider, fail
+from rousseau.private import private_folder
 
 if TYPE_CHECKING:
     from rousseau.config import Config
@@ -105,7 +106,7 @@ def _init(args: argparse.Namespace, path: Path) -> int:
     if args.yes and token_given(args) and not args.allow:
         raise Failed("--yes with a bot token needs --allow ID: nobody would be admitted", 2)
     folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_folder(folder)
     if not args.yes:
         print(f"This writes {path}. Ctrl-C at any point leaves nothing behind.\n")
     answers = Answers(model=args.model or "", base_url=args.base_url or "", owners=args.allow)

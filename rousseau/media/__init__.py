@@ -28,6 +28,7 @@ import structlog
 
 from rousseau.agent import Attachment, ProviderError
 from rousseau.media.download import PARTIAL, Download, TooLarge
+from rousseau.private import private_folder
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -150,7 +151,7 @@ class BlobStore:
         if path.exists():  # stored before: now in use again, so young for the sweep
             os.utime(path)
         else:
-            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_folder(self.folder)
             path.parent.mkdir(exist_ok=True, mode=0o700)
             tmp = path.with_name(f".{sha256}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
