@@ -146,7 +146,8 @@ def _route_libraries(level: str, file: TextIO | None, last: list[Any]) -> None:
     for old in [h for h in root.handlers if h.get_name() == _LIBRARIES]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(logging.INFO if level == "debug" else logging.WARNING)
+    given = _LEVELS.get(level, logging.INFO)
+    root.setLevel(logging.INFO if level == "debug" else max(logging.WARNING, given))
 
 
 _LIBRARIES = "rousseau.libraries"

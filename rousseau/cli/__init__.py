@@ -29,6 +29,8 @@ TRANSPORT_LABELS = {
     "imessage": "iMessage",
     "email": "email",
 }
+_INIT_TRANSPORTS = ["telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email"]
+"""The transports `rousseau init` sets up."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,8 +194,23 @@ def build_parser() -> argparse.ArgumentParser:
         "init",
         help="set up a config: provider, one transport, the owner",
         description="Write a commented config file (mode 0600) after checking the model key "
-        "and the Telegram token; the owner is admitted by the first message they send the "
-        "bot. Flags answer the questions; with --yes nothing is asked.",
+        "and the transport's credentials; the owner is admitted by the first message they "
+        "send the bot (WhatsApp: the phone that links it). --add puts one more transport in "
+        "an existing file. Flags answer the questions; with --yes nothing is asked.",
+    )
+    init.add_argument(
+        "--transport",
+        choices=[*_INIT_TRANSPORTS, "none"],
+        help="where people talk to it (default: asked; with --yes, telegram when a bot token "
+        "is given, else none); credentials come from flags or the environment",
+    )
+    init.add_argument(
+        "--add",
+        metavar="TRANSPORT",
+        choices=_INIT_TRANSPORTS,
+        help="add this transport to the existing config, keeping its comments: "
+        + ", ".join(_INIT_TRANSPORTS)
+        + " (default: write a new config)",
     )
     init.add_argument(
         "--provider",
@@ -233,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         action="append",
         default=[],
-        help="a Telegram user id to admit and make an approval owner; repeatable (default: "
-        "whoever sends the bot the first message, once you confirm)",
+        help="a sender id to admit and make an approval owner (Telegram: a user id); "
+        "repeatable (default: whoever sends the bot the first message, once you confirm)",
     )
     init.add_argument(
         "--wait",

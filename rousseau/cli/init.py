@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rousseau.cli import common
-from rousseau.cli.common import close_provider, fail
+from rousseau.cli.common import fail
 from rousseau.private import private_folder
 
 if TYPE_CHECKING:
+    from rousseau.cli.init_platforms import Chosen
     from rousseau.config import Config
 
 PROVIDERS: dict[str, tuple[str, str | None]] = {
@@ -31,15 +32,6 @@ PROVIDERS: dict[str, tuple[str, str | None]] = {
     "claudecli": ("the Claude Code CLI, signed in on this machine", None),
 }
 """The providers `init` sets up: name, what it is, and the variable its key comes from."""
-
-LOCAL_SERVERS = {
-    "Ollama": "http://localhost:11434/v1",
-    "LM Studio": "http://localhost:1234/v1",
-    "vLLM": "http://localhost:8000/v1",
-    "llama.cpp": "http://localhost:8080/v1",
-}
-"""OpenAI-compatible servers people run on their own machine, at their usual addresses."""
-NO_KEY = "no-key"  # what a local server that checks no key is given (the SDK wants one)
 
 CHECK_TIMEOUT = 20.0
 
@@ -72,9 +64,19 @@ class Answers:
     """The Bot API's address; empty leaves Telegram's own."""
     owners: list[str] = field(default_factory=list)
     """Telegram user ids admitted, and asked about tool calls."""
+    chosen: list[Chosen] = field(default_factory=list)
+    """The other platforms' sections."""
+    base: str | None = None
+    """With --add: the existing file, which the new section joins."""
 
     def secrets(self) -> list[str]:
-        return [s for s in (self.api_key, self.telegram_token) if s]
+        given = [s for s in (self.api_key, self.telegram_token) if s]
+        return given + [s for c in self.chosen for s in c.secrets()]
+
+    def approvers(self) -> list[str]:
+        """Every owner as the approver names them, `transport:id`."""
+        owners = [f"telegram:{o}" for o in self.owners] if self.telegram_token else []
+        return owners + [f"{c.platform.name}:{o}" for c in self.chosen for o in c.owners]
 
 
 def init(args: argparse.Namespace) -> int:
@@ -94,231 +96,133 @@ def init(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace, path: Path) -> int:
+    if args.add:
+        return _add(args, path)
     if path.exists() and not args.force:
         raise Failed(f"{path} already exists; pass --force to replace it")
-    if not args.yes and not sys.stdin.isatty():
-        raise Failed("no terminal to ask questions on; in scripts pass --yes and the flags", 2)
-    for owner in args.allow:
-        if not owner.isdigit():
-            raise Failed(f"--allow {owner!r}: a Telegram user id is a number, e.g. 42", 2)
-    if args.yes and args.allow and not token_given(args):
-        raise Failed("--allow admits Telegram users: pass --telegram-token too", 2)
-    if args.yes and token_given(args) and not args.allow:
-        raise Failed("--yes with a bot token needs --allow ID: nobody would be admitted", 2)
+    _can_ask(args)
+    which = args.transport or ("telegram" if token_given(args) else None)
+    if which in (None, "telegram"):
+        for owner in args.allow:
+            if not owner.isdigit():
+                raise Failed(f"--allow {owner!r}: a Telegram user id is a number, e.g. 42", 2)
+    if args.yes and args.allow and which in (None, "none"):
+        raise Failed("--allow admits a transport's senders: pass --transport (or a bot token)", 2)
+    if args.yes and which not in (None, "none", "whatsapp") and not args.allow:
+        raise Failed(f"--yes with {which} needs --allow ID: nobody would be admitted", 2)
     folder = path.parent
     private_folder(folder)
     if not args.yes:
         print(f"This writes {path}. Ctrl-C at any point leaves nothing behind.\n")
     answers = Answers(model=args.model or "", base_url=args.base_url or "", owners=args.allow)
-    answers.telegram_base_url = args.telegram_base_url or _from_env("telegram", "base_url")
-    _provider(args, answers, load_text("", folder), folder)
-    from rousseau.cli.init_telegram import telegram
+    answers.telegram_base_url = args.telegram_base_url or from_env("telegram", "base_url")
+    from rousseau.cli.init_provider import provider
 
-    telegram(args, answers, folder)
+    provider(args, answers, load_text("", folder), folder)
+    platform(args, answers, folder, which or ("none" if args.yes else _ask_platform()))
     _install(render(answers), path, force=args.force)
     _done(answers, path)
     return 0
+
+
+def _can_ask(args: argparse.Namespace) -> None:
+    if not args.yes and not sys.stdin.isatty():
+        raise Failed("no terminal to ask questions on; in scripts pass --yes and the flags", 2)
+
+
+def _add(args: argparse.Namespace, path: Path) -> int:
+    """`init --add NAME`: one more platform in an existing file, whose comments, keys and
+    layout stay; its owners join the approver's."""
+    import yaml
+
+    name = args.add
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise Failed(f"{path}: no config to add to; run `rousseau init` first") from None
+    present = yaml.safe_load(text) or {}
+    if not isinstance(present, dict):
+        raise Failed(f"{path}: not a mapping of keys; fix it first (rousseau doctor)")
+    if name in present:
+        raise Failed(f"{name}: {path} already has a {name} section; edit it there")
+    _can_ask(args)
+    if name == "telegram":
+        for owner in args.allow:
+            if not owner.isdigit():
+                raise Failed(f"--allow {owner!r}: a Telegram user id is a number, e.g. 42", 2)
+    _loads(path)  # the file as it is must load: its errors are not ours
+    answers = Answers(owners=args.allow, base=text)
+    answers.telegram_base_url = args.telegram_base_url or from_env("telegram", "base_url")
+    if not platform(args, answers, path.parent, name):
+        raise Failed(f"{name}: not added")
+    _install(render(answers), path, force=True)
+    print(f"\nadded {name} to {path}")
+    print("Next: restart the daemon to connect it (rousseau service restart, or rousseau run)")
+    return 0
+
+
+def _loads(path: Path) -> None:
+    from rousseau.agent import ConfigError
+    from rousseau.config import load_config
+
+    try:
+        load_config(str(path))
+    except ConfigError as exc:
+        raise Failed(f"{exc}; fix it first (rousseau doctor)") from None
+
+
+def platform(args: argparse.Namespace, answers: Answers, folder: Path, name: str) -> bool:
+    """Set up the platform `name` (`none`: no transport); False when its SDK is missing
+    (said, with the command that installs it) and nothing of it was asked."""
+    if name == "none":
+        return False
+    from rousseau.cli.init_platforms import PLATFORMS, set_up
+
+    module = "telegram" if name == "telegram" else PLATFORMS[name].module
+    missing = missing_sdk(module, name) if module else None
+    if missing is not None:  # said before any question about it, and nothing asked is lost
+        if args.yes or args.add:
+            raise Failed(f"{name}: {missing}", 2)
+        print(f"\n{name}: {missing}")
+        print(f"Install it, then run `rousseau init --add {name}`. Writing the rest now.")
+        return False
+    if name == "telegram":
+        from rousseau.cli.init_telegram import telegram
+
+        telegram(args, answers, folder)
+    else:
+        set_up(args, answers, folder, name)
+    return True
+
+
+def _ask_platform() -> str:
+    from rousseau.cli.init_platforms import PLATFORMS
+
+    offered = {"telegram": ("telegram", "a Telegram bot")} | {
+        n: (p.module, p.label) for n, p in PLATFORMS.items()
+    }
+    offered["none"] = ("", "none for now: `rousseau chat` here, or the web chat")
+    names = list(offered)
+    print("\nWhere will people talk to it?")
+    for number, (name, (module, label)) in enumerate(offered.items(), 1):
+        absent = " (not installed)" if module and missing_sdk(module, name) else ""
+        print(f"  {number}) {name:<10}{label}{absent}")
+    while True:
+        answer = input("Choose [telegram]: ").strip().lower() or "telegram"
+        if answer.isdigit() and 1 <= int(answer) <= len(names):
+            return names[int(answer) - 1]
+        if answer in offered:
+            return answer
+        print(f"  one of 1-{len(names)}, or a name: {', '.join(names)}")
 
 
 def token_given(args: argparse.Namespace) -> bool:
     return bool(args.telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN"))
 
 
-# -- the model -----------------------------------------------------------------------------
-
-
-def _provider(args: argparse.Namespace, answers: Answers, env: Config, folder: Path) -> None:
-    """Choose the provider and its key, and prove they work with one request."""
-    name = args.provider
-    if not name:
-        found = _found(env)
-        name = _default_provider(env, found, required=args.yes)
-        if not args.yes:
-            name = _choose(name, found)
-    answers.provider = name
-    if answers.base_url and name == "claudecli":
-        raise Failed("--base-url: the Claude CLI has no API address to set", 2)
-    # An address given through the environment is written: later commands and the service
-    # read the file, not this shell's variables.
-    if name != "claudecli":
-        answers.base_url = answers.base_url or _from_env(name, "base_url")
-    if name == "openai" and not args.yes and not answers.base_url:  # given: not asked
-        answers.base_url = _ask_address(answers.base_url)
-    variable = PROVIDERS[name][1]
-    if variable is not None:
-        answers.api_key = args.api_key or (
-            _env_key(env, name) if args.yes else _ask_key(name, env, _local(answers.base_url))
-        )
-        if not answers.api_key:
-            raise Failed(f"{name} needs an API key: set {variable} or pass --api-key", 2)
-    default_model = getattr(env, name).model
-    if not args.yes and not args.model and name != "claudecli":
-        answers.model = input(f"Model [{default_model}]: ").strip()
-    answers.model = answers.model or default_model
-    mask(args, answers.secrets())
-    if not args.no_check:
-        _prove_provider(args, answers, folder)
-
-
-def _prove_provider(args: argparse.Namespace, answers: Answers, folder: Path) -> None:
-    """One request with what was answered; at a terminal, a failure asks again for what
-    it points at: the address when nothing answered there, else the key."""
-    name, variable = answers.provider, PROVIDERS[answers.provider][1]
-    while True:
-        try:
-            _check_provider(load_text(render(answers), folder), name)
-        except Failed as exc:
-            if args.yes:
-                raise
-            print(f"FAIL  {masked(exc)}")
-            if exc.unreachable and name in ("openai", "ollama", "openrouter"):
-                answers.base_url = _ask_address(answers.base_url)
-                continue
-            if variable is None:
-                raise
-            answers.api_key = _ask_key(name, None, _local(answers.base_url))
-            mask(args, answers.secrets())
-            continue
-        print(f"ok    {name} answers" + (" with this key" if variable else ""))
-        return
-
-
-def _from_env(section: str, key: str) -> str:
+def from_env(section: str, key: str) -> str:
     """A value this shell's environment gives the configuration (`ROUSSEAU_SECTION_KEY`)."""
     return os.environ.get(f"ROUSSEAU_{section}_{key}".upper(), "").strip()
-
-
-def _ask_address(current: str) -> str:
-    """The OpenAI-compatible server's address: OpenAI's own, one found running here, or
-    any other."""
-    default = current or "https://api.openai.com/v1"
-    found = [(name, url) for name, url in LOCAL_SERVERS.items() if _listening(url)]
-    print("API address (OpenAI's own, or an OpenAI-compatible server):")
-    for number, (name, url) in enumerate(found, 1):
-        print(f"  {number}) {url:<28} {name} (found running here)")
-    while True:
-        answer = input(f"Address [{default}]: ").strip() or default
-        if answer.isdigit() and 1 <= int(answer) <= len(found):
-            return found[int(answer) - 1][1]
-        if answer.startswith(("http://", "https://")):
-            return answer.rstrip("/")
-        print("  an http:// or https:// address, e.g. http://localhost:1234/v1")
-
-
-def _local(url: str) -> bool:
-    """A server on this machine, which may check no key."""
-    from urllib.parse import urlsplit
-
-    return (urlsplit(url).hostname or "") in ("localhost", "127.0.0.1", "::1")
-
-
-def _found(env: Config) -> dict[str, str]:
-    """The keyless providers present here: the Claude CLI on PATH, Ollama answering."""
-    import shutil
-
-    found = {}
-    binary = shutil.which(env.claudecli.binary)
-    if binary:
-        found["claudecli"] = binary
-    ollama = env.ollama.base_url or "http://localhost:11434/v1"
-    if _listening(ollama):
-        found["ollama"] = ollama
-    return found
-
-
-def _default_provider(env: Config, found: dict[str, str], *, required: bool) -> str:
-    """As `rousseau run` picks: a key in the environment, the Claude CLI, a local Ollama."""
-    if env.anthropic.api_key is not None:
-        return "anthropic"
-    if env.openai.api_key is not None:
-        return "openai"
-    for name in ("claudecli", "ollama"):
-        if name in found:
-            return name
-    if required:
-        raise Failed(
-            "no provider found: pass --provider, or set ANTHROPIC_API_KEY or OPENAI_API_KEY", 2
-        )
-    return "anthropic"
-
-
-def _choose(default: str, found: dict[str, str]) -> str:
-    names = list(PROVIDERS)
-    print("Model provider:")
-    for number, name in enumerate(names, 1):
-        seen = f" (found: {found[name]})" if name in found else ""
-        print(f"  {number}) {name:<11}{PROVIDERS[name][0]}{seen}")
-    while True:
-        answer = input(f"Choose [{default}]: ").strip().lower() or default
-        if answer.isdigit() and 1 <= int(answer) <= len(names):
-            return names[int(answer) - 1]
-        if answer in PROVIDERS:
-            return answer
-        print(f"  one of 1-{len(names)}, or a name: {', '.join(names)}")
-
-
-def _ask_key(name: str, env: Config | None, local: bool = False) -> str:
-    import getpass
-
-    variable = PROVIDERS[name][1]
-    stored = _env_key(env, name) if env is not None else ""
-    if stored:
-        hint = f"Enter: the one in {variable}"
-    else:
-        hint = "input hidden; Enter if the server needs none" if local else "input hidden"
-    while True:
-        key = getpass.getpass(f"{name} API key ({hint}): ").strip() or stored
-        if key or local:
-            return key or NO_KEY
-
-
-def _env_key(env: Config | None, name: str) -> str:
-    secret = getattr(getattr(env, name, None), "api_key", None)
-    return str(secret.get_secret_value()) if secret is not None else ""
-
-
-def _check_provider(config: Config, name: str) -> None:
-    import anyio
-
-    from rousseau.agent import Message, ProviderUnavailableError, Request, RousseauError
-    from rousseau.providers import build_provider
-
-    provider = build_provider(config, name)
-
-    async def check() -> None:
-        try:
-            with anyio.fail_after(CHECK_TIMEOUT):
-                probe = getattr(provider, "check", None)
-                if probe is not None:
-                    await probe()
-                else:
-                    request = Request(session_id="init", system="", messages=[Message.user("hi")])
-                    await provider.complete(request)
-        finally:
-            await close_provider(provider)
-
-    try:
-        anyio.run(check)
-    except TimeoutError:
-        raise Failed(f"{name}: no answer within {CHECK_TIMEOUT:.0f} s", unreachable=True) from None
-    except ProviderUnavailableError as exc:
-        raise Failed(str(exc), unreachable=True) from None
-    except RousseauError as exc:
-        raise Failed(str(exc)) from None
-
-
-def _listening(url: str) -> bool:
-    """Something accepts connections at `url`'s host and port (a quick look for Ollama)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname or "localhost", port), timeout=0.3):
-            return True
-    except OSError:
-        return False
 
 
 def missing_sdk(module: str, extra: str) -> str | None:
@@ -336,9 +240,13 @@ def missing_sdk(module: str, extra: str) -> str | None:
 
 
 def render(answers: Answers) -> str:
-    """The config file's text, commented (strings as JSON, which YAML reads as they are)."""
+    """The config file's text, commented (strings as JSON, which YAML reads as they are);
+    with --add, the existing file with the new section after it."""
+    lines = _sections(answers)
+    if answers.base is not None:
+        return _extended(answers.base, answers.approvers()) + "\n".join(lines) + "\n"
     name, q = answers.provider, json.dumps
-    lines = [
+    head = [
         "# rousseau's configuration, written by `rousseau init`. Every key is optional; the",
         "# configuration reference lists them all with their defaults. The file holds",
         "# secrets: keep it private (mode 0600). `rousseau doctor` checks it.",
@@ -360,12 +268,74 @@ def render(answers: Answers) -> str:
             "  # The API address, in place of the provider's own.",
             f"  base_url: {q(answers.base_url)}",
         ]
-    lines += [f"{name}:", *section] if section else [f"{name}: {{}}"]
+    head += [f"{name}:", *section] if section else [f"{name}: {{}}"]
+    owners = answers.approvers()
+    if owners:
+        lines += [
+            "",
+            "agent:",
+            "  approver:",
+            "    # Tool calls: read and grep run; any other call is put to the owners, who answer",
+            "    # in chat with `yes CODE` or `no CODE` (unanswered in 5 minutes: refused).",
+            "    mode: ask",
+            "    allow:",
+            "      - {tool: read}",
+            "      - {tool: grep}",
+            f"    owners: [{', '.join(q(o) for o in owners)}]",
+        ]
+    return "\n".join(head + lines) + "\n"
+
+
+def _indent(text: str) -> int:
+    """How far the file's nested keys are indented (2 when nothing is nested)."""
+    steps = [
+        len(line) - len(line.lstrip(" "))
+        for line in text.splitlines()
+        if line.startswith(" ") and line.strip() and not line.lstrip().startswith(("#", "-"))
+    ]
+    return min(steps, default=2)
+
+
+def _sections(answers: Answers) -> list[str]:
+    lines: list[str] = []
     if answers.telegram_token:
         from rousseau.cli.init_telegram import telegram_lines
 
         lines += telegram_lines(answers)
-    return "\n".join(lines) + "\n"
+    for chosen in answers.chosen:
+        lines += chosen.lines()
+    return lines
+
+
+def _extended(text: str, owners: list[str]) -> str:
+    """`text` with `owners` added to agent.approver.owners; the rest as it was, comments
+    included (ruamel.yaml writes it back as it read it)."""
+    if not owners:
+        return text if text.endswith("\n") else text + "\n"
+    import io
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+    from ruamel.yaml.util import load_yaml_guess_indent
+
+    _, sequence, offset = load_yaml_guess_indent(text)  # how its lists are indented
+    writer = YAML()
+    writer.preserve_quotes = True
+    writer.width = 4096
+    writer.indent(mapping=_indent(text), sequence=sequence or 2, offset=offset or 0)
+    data = writer.load(text)
+    agent = data.setdefault("agent", CommentedMap())
+    approver = agent.setdefault("approver", CommentedMap())
+    if approver is None:
+        approver = agent["approver"] = CommentedMap()
+    listed = approver.setdefault("owners", CommentedSeq())
+    if listed is None:
+        listed = approver["owners"] = CommentedSeq()
+    listed.extend(DoubleQuotedScalarString(o) for o in owners if o not in listed)
+    out = io.StringIO()
+    writer.dump(data, out)
+    return out.getvalue()
 
 
 def load_text(text: str, folder: Path) -> Config:
@@ -462,5 +432,13 @@ def _done(answers: Answers, path: Path) -> None:
     print(f"  provider  {answers.provider} {answers.model}".rstrip())
     if answers.telegram_token:
         print(f"  telegram  allowlist and approval owners: {', '.join(answers.owners)}")
+    for chosen in answers.chosen:
+        owners = printable(", ".join(chosen.owners))
+        print(f"  {chosen.platform.name:<9} allowlist and approval owners: {owners}")
     named = "" if path == Path(DEFAULT_PATH).expanduser() else f" --config {path}"
-    print(f"Next: rousseau{named} {'run' if answers.telegram_token else 'chat'}")
+    print(f"Next: rousseau{named} {'run' if answers.approvers() else 'chat'}")
+
+
+def printable(text: str) -> str:
+    """`text` safe to print: a name may carry terminal control codes."""
+    return "".join(c if c.isprintable() else "?" for c in text)

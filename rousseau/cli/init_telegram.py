@@ -19,7 +19,7 @@ from rousseau.cli.init import (
     load_text,
     mask,
     masked,
-    missing_sdk,
+    printable,
     render,
 )
 
@@ -33,22 +33,12 @@ _UPDATES = ["message", "callback_query"]  # as the daemon asks: Telegram remembe
 
 def telegram(args: argparse.Namespace, answers: Answers, folder: Path) -> None:
     """The bot's token, checked with getMe, and who may talk to it."""
-    answers.telegram_token = args.telegram_token or ""
-    if args.yes:
-        answers.telegram_token = answers.telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")
-    elif not answers.telegram_token:
-        missing = missing_sdk("telegram", "telegram")
-        if missing is not None:  # said before any question about it, and nothing asked is lost
-            print(f"\nTelegram: {missing}")
-            print("Install it, then run init again to connect a bot. Writing the rest now.")
-            if args.allow:
-                raise Failed(f"--allow admits Telegram users: {missing}", 2)
-            return
+    answers.telegram_token = args.telegram_token or os.environ.get("TELEGRAM_BOT_TOKEN", "")
+    if args.yes and not answers.telegram_token:
+        missing = "telegram.token: not given; set TELEGRAM_BOT_TOKEN or pass --telegram-token"
+        raise Failed(missing, 2)
+    if not args.yes and not args.telegram_token:
         print("\nTelegram: ask @BotFather for a bot (/newbot) and copy the token it gives.")
-        if not confirm("Connect a Telegram bot?"):
-            if args.allow:
-                raise Failed("--allow admits Telegram users: it needs a bot", 2)
-            return
         answers.telegram_token = _ask_token(os.environ.get("TELEGRAM_BOT_TOKEN", ""))
     if not answers.telegram_token:
         return
@@ -206,10 +196,9 @@ async def _talking(transport: TelegramTransport) -> AsyncIterator[None]:
 
 
 def _who(user: Any) -> str:
-    """`Ann Smith (@ann, id 42)`, printable: a name may carry terminal control codes."""
+    """`Ann Smith (@ann, id 42)`, printable."""
     handle = f"@{user.username}, " if user.username else ""
-    text = f"{user.full_name} ({handle}id {user.id})"
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return printable(f"{user.full_name} ({handle}id {user.id})")
 
 
 def telegram_lines(answers: Answers) -> list[str]:
@@ -232,14 +221,4 @@ def telegram_lines(answers: Answers) -> list[str]:
         f"  allowlist: [{', '.join(answers.owners)}]",
         "  # allowlist, or pairing (strangers get a code to `rousseau pair approve`), or open.",
         "  policy: allowlist",
-        "",
-        "agent:",
-        "  approver:",
-        "    # Tool calls: read and grep run; any other call is put to the owners, who answer",
-        "    # in chat with `yes CODE` or `no CODE` (unanswered in 5 minutes: refused).",
-        "    mode: ask",
-        "    allow:",
-        "      - {tool: read}",
-        "      - {tool: grep}",
-        f"    owners: [{', '.join(q(f'telegram:{i}') for i in answers.owners)}]",
     ]

@@ -374,6 +374,18 @@ class DiscordTransport:
         finally:
             await client.close()
 
+    async def application_id(self) -> int:
+        """The bot's application, the id an invitation names."""
+        client = discord.Client(intents=discord.Intents.none())
+        try:
+            await client.login(self.token)
+            assert client.user is not None
+            return client.application_id or client.user.id
+        except _FAILURES as exc:
+            raise self._failed("cannot reach the API", exc) from exc
+        finally:
+            await client.close()
+
     async def aclose(self) -> None:
         if self._client is not None and not self._client.is_closed():
             await self._client.close()
@@ -396,3 +408,18 @@ async def _download(url: str, into: Download) -> None:
         response.raise_for_status()
         into.declared(response.content_length)
         await into.write_all(response.content.iter_chunked(CHUNK))
+
+
+def invite_url(application_id: int) -> str:
+    """The address that adds the bot to a server with what it uses: reading and sending
+    messages (in threads too), their history, files, links, reactions."""
+    permissions = discord.Permissions(
+        view_channel=True,
+        send_messages=True,
+        send_messages_in_threads=True,
+        read_message_history=True,
+        attach_files=True,
+        embed_links=True,
+        add_reactions=True,
+    )
+    return discord.utils.oauth_url(application_id, permissions=permissions, scopes=("bot",))

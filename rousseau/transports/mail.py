@@ -338,6 +338,11 @@ class EmailTransport:
                 raise MailError(f"email: IMAP {fn.__name__} failed: {self._text(exc)}") from exc
             raise
 
+    def imap_session(self) -> IMAPClient:
+        """A logged-in IMAP session on the mailbox, blocking (`rousseau init` reads the
+        owner's first mail with it); the caller logs out."""
+        return self._connect()
+
     def _connect(self) -> IMAPClient:
         from imapclient import IMAPClient
         from imapclient.exceptions import LoginError

@@ -194,8 +194,14 @@ class SlackTransport:
         return str(auth["user_id"])
 
     async def check(self) -> str:
-        """One harmless call (auth.test) proving the bot token works."""
-        return f"<@{await self.check_user_id()}>"
+        """Two harmless calls proving both tokens: auth.test with the bot token, and
+        apps.connections.open with the app-level one (a Socket Mode address, never used)."""
+        user = await self.check_user_id()
+        try:
+            await self._socket_client.apps_connections_open(app_token=self.app_token)
+        except _FAILURES as exc:
+            raise self._failed("slack.app_token", "apps.connections.open", exc) from exc
+        return f"<@{user}>"
 
     async def stop(self) -> None:
         self._stop.set()

@@ -362,6 +362,12 @@ def paired_device(store: str) -> str | None:
     return str(row[0]) if row else None
 
 
+def paired_phone(store: str) -> str | None:
+    """The phone number (digits, as senders are named) of the account paired in `store`."""
+    jid = paired_device(store)
+    return None if jid is None else jid_parts_str(jid)[0].split(".")[0]
+
+
 def jid_parts_str(jid: str) -> tuple[str, str]:
     """(user, server) of a JID string such as 15551234567:3@s.whatsapp.net."""
     user, _, server = jid.partition("@")
@@ -466,10 +472,9 @@ class NeonizeClient:
         return out
 
     async def check(self) -> str:
-        jid = await anyio.to_thread.run_sync(paired_device, self.store)
-        if jid is None:
+        phone = await anyio.to_thread.run_sync(paired_phone, self.store)
+        if phone is None:
             raise _logged_out(f"no device is paired in {self.store}")
-        phone = jid_parts_str(jid)[0].split(".")[0]
         return f"+{phone} (paired in {self.store})"
 
 

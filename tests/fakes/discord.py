@@ -22,6 +22,7 @@ BOT_ID = "900000000000000001"
 GUILD_ID = "800000000000000001"
 GENERAL_ID = "800000000000000010"
 OWNER_ID = "700000000000000001"
+MESSAGE_CONTENT = 1 << 15  # the privileged intent
 
 
 VOICE_MESSAGE = 1 << 13
@@ -97,6 +98,9 @@ class FakeDiscord(AioServer):
         self.resumes = 0
         self.rate_limit_once = False
         self.refuse_identify = False
+        self.message_content_off = False
+        """Close the gateway with 4014 for a bot asking for message content, as Discord
+        does until Message Content Intent is turned on for it on the Developer Portal."""
         """Close the gateway with 4004 even for the right token, as Discord does for a token
         reset while REST still had it cached."""
         self._seq = itertools.count(2)
@@ -461,6 +465,9 @@ class FakeDiscord(AioServer):
     async def _identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
         if data.get("token") != self.token or self.refuse_identify:
             await ws.close(code=4004, message=b"Authentication failed.")
+            return
+        if self.message_content_off and int(data.get("intents", 0)) & MESSAGE_CONTENT:
+            await ws.close(code=4014, message=b"Disallowed intent(s).")
             return
         ready = {
             "v": 10,
