@@ -26,7 +26,8 @@ OURS = {
     "rousseau.approvals.shell",
     "rousseau.backoff", "rousseau.config", "rousseau.config.base", "rousseau.config.loading",
     "rousseau.config.providers", "rousseau.config.root", "rousseau.config.sections",
-    "rousseau.config.transports", "rousseau.config_go", "rousseau.cron",
+    "rousseau.config.transports", "rousseau.config.web_tools", "rousseau.config_go",
+    "rousseau.cron",
     "rousseau.cron.jobs", "rousseau.cron.schedule", "rousseau.cron.scheduler",
     "rousseau.cron.targets", "rousseau.cron.tool", "rousseau.daemon", "rousseau.delivery",
     "rousseau.log",
@@ -57,7 +58,7 @@ OURS = {
 NOT_YET = {
     "openai", "anthropic", "boto3", "botocore", "google", "slack_sdk", "slack_bolt",
     "discord", "nio", "neonize", "mcp", "psycopg", "playwright", "starlette", "uvicorn",
-    "bashlex", "sqlite_utils", "re2",
+    "bashlex", "sqlite_utils", "re2", "httpcore", "h2", "trafilatura", "lxml", "pypdf",
 }  # fmt: skip
 """Top-level packages the first poll of a Telegram daemon on OpenAI never needs."""
 

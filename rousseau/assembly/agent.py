@@ -101,14 +101,20 @@ def build_sandbox(config: Config) -> Sandbox | None:
 
 
 def build_registry(config: Config) -> Registry:
+    """The built-in tools, confined to the agent's workspace, and the web tools."""
+    from rousseau.tools.web import web_tools
+
     make_undumpable()  # bash must not read this process's environment or memory (hardening.py)
-    return builtin_registry(
+    registry = builtin_registry(
         Path(config.agent.workspace).expanduser(),
         bash_timeout=config.agent.bash_timeout,
         secrets=config.secrets(),
         sandbox=build_sandbox(config),
         bash_env=config.agent.bash_env,
     )
+    for tool in web_tools(config.web_tools):
+        registry.register(tool)
+    return registry
 
 
 def build_compressor(config: Config, provider: Provider) -> Compressor:

@@ -42,6 +42,7 @@ from rousseau.config.transports import (
     TransportConfig,
     WhatsAppConfig,
 )
+from rousseau.config.web_tools import WebToolsConfig
 from rousseau.messages import DEFAULT_AGENT
 
 AGENT_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
@@ -98,6 +99,8 @@ class Config(Section):
     """Scheduled jobs, which live in the store (see `rousseau cron --help`)."""
     ratelimit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     """Limits on how fast each sender may send messages."""
+    web_tools: WebToolsConfig = Field(default_factory=WebToolsConfig)
+    """The tools that read the web: web_fetch, web_search, browser."""
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
     """External MCP servers by name, whose tools the agent may call as SERVER__TOOL."""
     health: HealthConfig | None = None
