@@ -406,7 +406,10 @@ async def _attempt(
         return error(f"{use.name} failed: {type(exc).__name__}: {exc}"), decision
     log.info("agent.tool_ran", session=session_id, tool=use.name, is_error=output.is_error)
     return ToolResult(
-        tool_use_id=use.id, content=output.content, is_error=output.is_error
+        tool_use_id=use.id,
+        content=output.content,
+        is_error=output.is_error,
+        attachments=output.attachments,
     ), decision
 
 
@@ -419,4 +422,6 @@ def _results_message(uses: list[ToolUse], results: list[ToolResult], missing: st
         )
         for u in uses
     ]
+    # files after every result: OpenAI's tool messages and Anthropic's results come first
+    content += [Content.of_attachment(a) for r in results for a in r.attachments]
     return Message(role=Role.USER, content=content)

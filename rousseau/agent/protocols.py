@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from rousseau.agent.types import (
+    Attachment,
     Compaction,
     Message,
     Request,
@@ -47,6 +48,8 @@ class ToolOutput:
 
     content: str
     is_error: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    """Files (already in the blob store) the model is shown with the result: a screenshot."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -57,6 +57,9 @@ class ToolResult:
     tool_use_id: str
     content: str
     is_error: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    """Files the tool gave the model with it: they follow the results in the same message,
+    as blocks of their own (what a provider can take there)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

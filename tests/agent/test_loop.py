@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -32,6 +33,7 @@ from rousseau.agent.testing import (
     tool_reply,
     tools_reply,
 )
+from rousseau.media import BlobStore
 from rousseau.state import Store
 from rousseau.tools import Registry, Tool
 
@@ -118,6 +120,34 @@ async def test_tool_round_trip() -> None:
     assert provider.requests[1].messages[-1].tool_results[0].content == "echo: ping"
     assert [t.name for t in provider.requests[0].tools] == ["echo"]
     assert provider.requests[0].tools[0].input_schema["required"] == ["text"]
+
+
+class Shot(Tool):
+    name = "shot"
+    description = "Gives a picture."
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+
+    async def execute(self, input: dict[str, Any], call: ToolCall) -> ToolOutput:
+        picture = await self.blobs.put(b"\x89PNG picture", media_type="image/png", name="s.png")
+        return ToolOutput(content="a screenshot", attachments=(picture,))
+
+
+async def test_a_file_a_tool_gives_follows_its_result_with_its_bytes(tmp_path: Path) -> None:
+    blobs = BlobStore(folder=tmp_path)
+    provider = ScriptedProvider(tool_reply("shot"), "I see it.")
+    s = session()
+    agent = Agent(
+        provider, Registry([Shot(blobs)]), Options(approver=AllowAllApprover(), media=blobs)
+    )
+    await agent.turn(s)
+    sent = provider.requests[1]
+    results = sent.messages[-1]
+    assert [c.kind.value for c in results.content] == ["tool_result", "image"]
+    [picture] = results.attachments
+    assert picture.media_type == "image/png" and sent.media[picture.sha256] == b"\x89PNG picture"
 
 
 async def test_several_calls_give_one_results_message_in_order() -> None:
