@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from rousseau.tools.web.fetcher import Fetched
 
@@ -50,8 +51,7 @@ def _html(fetched: Fetched) -> Page:
     tree = trafilatura.load_html(_decoded(fetched) if fetched.charset else fetched.body)
     if tree is None:
         return Page(fetched.url, "", "")
-    metadata = trafilatura.extract_metadata(tree, default_url=fetched.url)  # before extract,
-    title = (metadata.title if metadata is not None else None) or ""  # which prunes the tree
+    title = _title(tree)  # before extract, which prunes the tree
     text = trafilatura.extract(
         tree,
         url=fetched.url,
@@ -63,6 +63,19 @@ def _html(fetched: Fetched) -> Page:
         favor_recall=True,
     )
     return Page(fetched.url, " ".join(title.split()), (text or "").strip())
+
+
+def _title(tree: Any) -> str:
+    """The page's own title: og:title, else <title>, else the first <h1> (trafilatura's
+    metadata would also look for dates and authors: seconds on a large page)."""
+    for found in (
+        tree.xpath("string(//meta[@property='og:title']/@content)"),
+        tree.xpath("string(//title)"),
+        tree.xpath("string((//h1)[1])"),
+    ):
+        if str(found).strip():
+            return str(found)
+    return ""
 
 
 def _pdf(body: bytes) -> str:
