@@ -3,12 +3,12 @@ redirect chains, a PDF, JSON, a 50 MB body, gzip and brotli bombs, a server that
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import zlib
 from typing import Any
 
+import anyio
 from aiohttp import web
 
 from tests.fakes.aio import AioServer
@@ -120,7 +120,7 @@ class FakeSite(AioServer):
             headers = {"Content-Encoding": kind, "Content-Type": "text/plain"}
             return web.Response(body=body, headers=headers)
         if path == "/slow":
-            await asyncio.sleep(self.stall)
+            await anyio.sleep(self.stall)
             return web.Response(text="late")
         return web.Response(status=404, text=json.dumps({"no": path}))
 

@@ -44,7 +44,8 @@ async def test_an_article_arrives_as_its_readable_text_in_markdown(site: FakeSit
     out = await fetch(tool("127.0.0.1"), f"{site.url}/article")
     assert not out.is_error, out.content
     text = out.content
-    assert text.startswith(f'<web_content url="{site.url}/article">\n# Opening hours of the library')
+    fence = f'<web_content url="{site.url}/article">\n'
+    assert text.startswith(fence + "# Opening hours of the library")
     assert "## When it is open" in text
     assert "| Monday | 10:00-18:00 |" in text.replace("  ", " ")
     assert "- a reader's card" in text
