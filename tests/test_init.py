@@ -294,3 +294,22 @@ def test_cancelling_at_a_prompt_or_while_waiting_writes_nothing(
     assert "Traceback" not in waiting.output and KEY not in waiting.output
     assert not default_config(tmp_path).exists()
     assert list(default_config(tmp_path).parent.iterdir()) == []
+
+
+def test_a_telegram_bot_added_to_a_config_without_transport(
+    tmp_path: Path, env: dict[str, str], telegram: FakeTelegram
+) -> None:
+    first = init("--yes", "--provider", "openai", "--no-check", env={**env, "OPENAI_API_KEY": KEY})
+    assert first.returncode == 0, first.stderr
+    path = default_config(tmp_path)
+    before = path.read_text()
+    keys = {**env, "TELEGRAM_BOT_TOKEN": telegram.token}
+    added = init("--add", "telegram", "--yes", "--allow", str(OWNER), env=keys)
+    assert added.returncode == 0, added.stderr
+    assert path.read_text().startswith(before)  # what was there stays, word for word
+    config = load_config(str(path), {})
+    assert config.telegram is not None and config.telegram.allowlist == [str(OWNER)]
+    assert config.telegram.base_url == env["ROUSSEAU_TELEGRAM_BASE_URL"]
+    assert config.agent.approver is not None
+    assert config.agent.approver.owners == [f"telegram:{OWNER}"]
+    assert telegram.calls.count("getMe") == 1  # the token was checked
