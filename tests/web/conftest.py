@@ -1,11 +1,16 @@
 """`rousseau run` with the web face on, python-telegram-bot on the fake Bot API and the
-OpenAI SDK on the fake model, one daemon per test module."""
+OpenAI SDK on the fake model, one daemon per test module; and a real Chromium (Debian's,
+driven by Playwright) per module for the browser tests.
+
+With ROUSSEAU_SCREENSHOTS=DIR set, the browser tests save the pages they see there (docs/img
+holds the ones the Web page shows)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -188,3 +193,59 @@ def web_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
     daemon.stop()
     telegram.stop()
     llm.stop()
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",  # CI runs as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",  # no calls out of this machine
+    "--disable-component-update",
+    "--disable-sync",
+]
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+"""The windows the browser tests look through (and the screenshots' sizes)."""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright for Python is not installed (pip install playwright)")
+    if not Path(CHROMIUM).exists():
+        unavailable("Chromium is not installed (Debian's chromium package)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        launched.close()
+
+
+def shot(page: Any, name: str) -> None:
+    """Save what the window shows as web-NAME.png, when ROUSSEAU_SCREENSHOTS names a folder."""
+    folder = os.environ.get("ROUSSEAU_SCREENSHOTS")
+    if folder:
+        page.screenshot(path=str(Path(folder) / f"web-{name}.png"))
+
+
+def log_in(page: Any) -> None:
+    page.goto("/login")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(re.compile(r"/$"))
+
+
+def in_view(page: Any, item: Any) -> bool:
+    """The element is in the window, whole, and above the composer pinned to its bottom."""
+    box, composer = item.bounding_box(), page.locator("#say").bounding_box()
+    if box is None or composer is None:
+        return False
+    bottom = page.evaluate("window.innerHeight")
+    return (
+        box["y"] >= 0
+        and box["y"] + box["height"] <= composer["y"]
+        and composer["y"] + composer["height"] <= bottom
+    )

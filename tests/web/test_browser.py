@@ -1,14 +1,9 @@
 """The web face in a real Chromium (Debian's, driven by Playwright) against `rousseau run`
-with the fake Telegram and the fake model: what an owner does from a phone.
-
-With ROUSSEAU_SCREENSHOTS=DIR set, the pages are also saved there (docs/img holds the
-ones the Web page shows)."""
+with the fake Telegram and the fake model: what an owner does from a phone."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,64 +11,24 @@ from typing import Any
 import pytest
 
 from tests.faults.support import wait_until
-from tests.helpers import unavailable
-from tests.web.conftest import OWNER_CHAT, PASSWORD, WebDaemon
+from tests.web.conftest import OWNER_CHAT, PASSWORD, PHONE, WebDaemon, in_view, log_in
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",  # CI runs as root
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",  # no calls out of this machine
-    "--disable-component-update",
-    "--disable-sync",
-]
 STRANGER = 777
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        unavailable("Playwright for Python is not installed (pip install playwright)")
-    if not Path(CHROMIUM).exists():
-        unavailable("Chromium is not installed (Debian's chromium package)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
 def page(browser: Any, web_daemon: WebDaemon) -> Iterator[Any]:
-    context = browser.new_context(base_url=web_daemon.url, viewport={"width": 420, "height": 860})
+    context = browser.new_context(base_url=web_daemon.url, viewport=PHONE)
     opened = context.new_page()
     opened.set_default_timeout(15_000)
     yield opened
     context.close()
 
 
-def shot(page: Any, name: str) -> None:
-    folder = os.environ.get("ROUSSEAU_SCREENSHOTS")
-    if folder:
-        page.screenshot(path=str(Path(folder) / f"web-{name}.png"), full_page=True)
-
-
-def log_in(page: Any) -> None:
-    page.goto("/login")
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(re.compile(r"/$"))
-
-
 def test_log_in_and_see_telegram_connected(page: Any) -> None:
-    shot(page.goto("/login") and page, "login")
     log_in(page)
     row = page.locator('[data-transport="telegram"]')
     assert row.locator(".ok").inner_text() == "connected"
-    shot(page, "overview")
 
 
 def test_a_strangers_pairing_code_appears_live_and_once_approved_they_are_answered(
@@ -106,7 +61,6 @@ def test_a_tool_approval_from_telegram_is_approved_live_from_the_page(
     card = page.locator('[data-live="approvals"] .card')
     card.wait_for()
     assert "echo approve-me" in card.locator("pre").inner_text()
-    shot(page, "approvals")
     card.get_by_role("button", name="Approve").click()
     assert wait_until(
         lambda: any(s.text == "the tool said: approve-me" for s in telegram.sent[before:]),
@@ -138,12 +92,6 @@ def test_the_owner_in_the_web_chat_approves_a_tool_call_from_its_card(
     assert done.is_visible() and in_view(page, done)  # not under the composer
 
 
-def in_view(page: Any, item: Any) -> bool:
-    """The element's bottom is above the composer pinned to the window's bottom."""
-    box, composer = item.bounding_box(), page.locator("#say").bounding_box()
-    return box is not None and composer is not None and box["y"] + box["height"] <= composer["y"]
-
-
 def test_a_cron_job_is_disabled_and_run_now(page: Any, web_daemon: WebDaemon) -> None:
     telegram = web_daemon.telegram
     log_in(page)
@@ -159,7 +107,6 @@ def test_a_cron_job_is_disabled_and_run_now(page: Any, web_daemon: WebDaemon) ->
     assert "disabled" in web_daemon.rousseau("cron", "list").stdout
     before = len(telegram.sent)
     job.get_by_role("button", name="Run now").click()
-    shot(page, "cron")
     assert wait_until(
         lambda: any("good morning report" in s.text for s in telegram.sent[before:]), timeout=20
     ), [s.text for s in telegram.sent[before:]]
@@ -178,7 +125,6 @@ def test_a_web_chat_message_streams_its_reply(page: Any) -> None:
     final.last.wait_for()  # (earlier tests' answers are in the owner's conversation too)
     assert final.last.inner_text() == answer
     assert partial != answer and answer.startswith(partial)
-    shot(page, "chat")
     page.reload()  # the conversation is a session: it is there after a reload
     assert page.locator(".conversation .assistant").last.inner_text() == answer
 

@@ -24,10 +24,12 @@ def test_sessions_are_listed_searched_read_and_deleted(web_daemon: WebDaemon) ->
         assert "tool call: bash" in page and "echo dashboard-marmalade" in page
         assert "the tool said: dashboard-marmalade" in page
         audit = client.get("/audit", params={"session": session_id, "tool": "bash"}).text
-        assert audit.count("<td>bash</td>") == 1 and "allow" in audit
-        assert "<td>bash</td>" not in client.get("/audit", params={"tool": "read"}).text
+        tool = '<td data-label="Tool">bash</td>'
+        assert audit.count(tool) == 1 and "allow" in audit
+        assert tool not in client.get("/audit", params={"tool": "read"}).text
         usage = client.get("/usage").text
-        assert re.search(r"<td>\d{4}-\d\d-\d\d</td><td>\d+</td><td>[1-9]", usage)
+        day = r'<td data-label="Day">\d{4}-\d\d-\d\d</td><td data-label="Sessions">\d+</td>'
+        assert re.search(day + r'<td data-label="Tokens in">[1-9]', usage)
         deleted = client.post(f"/sessions/{session_id}/delete", data={"csrf": client.csrf})
         assert deleted.status_code == 303 and "deleted" in deleted.headers["location"]
         assert client.get(f"/sessions/{session_id}").status_code == 404

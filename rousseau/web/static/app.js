@@ -66,6 +66,7 @@ function chat() {
   }
 
   function show(role, id, body, writing, buttons = []) {
+    const follow = role !== "assistant" || atEnd();
     let item = id ? shown.get(id) : null;
     if (!item) {
       item = document.createElement("li");
@@ -79,14 +80,19 @@ function chat() {
     written(item.firstChild, body);
     offer(item, buttons);
     item.classList.toggle("writing", writing);
-    newest();
+    if (follow) newest();
   }
 
-  // The newest message in sight, above the composer pinned to the bottom.
+  // The composer ends the page, so the page's end shows the newest message just above it.
   function newest() {
-    const last = list.lastElementChild;
-    if (last) last.scrollIntoView({block: "end"});
     window.scrollTo(0, document.documentElement.scrollHeight);
+  }
+
+  // Whether the page's end is in sight: a reply then keeps it so, and one who scrolled back
+  // to read is left reading.
+  function atEnd() {
+    const root = document.documentElement;
+    return root.scrollHeight - window.innerHeight - window.scrollY < 48;
   }
 
   const events = new EventSource("/chat/events");
@@ -101,6 +107,13 @@ function chat() {
   newest();  // a long history opens at its end
 
   const file = document.getElementById("file");
+  const chosen = document.getElementById("chosen");
+  function choose() {
+    const names = Array.from(file.files, (f) => f.name);
+    chosen.textContent = names.length > 1 ? `${names.length} files` : names.join("");
+    chosen.title = names.join(", ");
+  }
+  file.addEventListener("change", choose);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const body = text.value.trim();
@@ -115,6 +128,7 @@ function chat() {
       show("user", null, [body, ...names].filter(Boolean).join("\n"), false);
       text.value = "";
       file.value = "";
+      choose();
     } else {
       show("error", null, await sent.text(), false);
     }
