@@ -177,3 +177,27 @@ def test_a_huge_body_or_a_bomb_stops_at_the_cap_and_memory_stays_low(
     assert is_error == "False", tail
     assert "went past 5,000,000 bytes and was cut there" in tail
     assert int(grown) < 50, f"peak memory grew by {grown} MB"
+
+
+def test_web_fetch_is_among_an_agents_tools_and_keeps_the_configured_rules(
+    tmp_path: Any,
+) -> None:
+    from rousseau.assembly.agent import build_registry
+    from rousseau.config import load_config
+
+    config = load_config(
+        None,
+        {
+            "HOME": str(tmp_path),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp_path / "ws"),
+            "ROUSSEAU_WEB_TOOLS_FETCH_ALLOW_HOSTS": '["nas.home.arpa"]',
+            "ROUSSEAU_WEB_TOOLS_FETCH_MAX_BYTES": "1MB",
+        },
+    )
+    registry = build_registry(config)
+    fetcher = registry.get("web_fetch")
+    assert isinstance(fetcher, WebFetchTool)
+    assert fetcher.fetcher.rules == AddressRules.of(False, ["nas.home.arpa"])
+    assert fetcher.fetcher.max_bytes == 1_000_000
+    with pytest.raises(Exception, match="web_search"):
+        registry.get("web_search")  # offered only with web_tools.search
