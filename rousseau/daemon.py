@@ -131,9 +131,12 @@ class Daemon:
         return 130 if self.forced else 0
 
     async def _close(self, parts: Parts | None, backend: Backend) -> None:
-        """Close every transport, the providers and the transcriber (each given a few
-        seconds, a failure never skipping the rest), then checkpoint and close the store."""
+        """Close every transport, the providers, the transcriber and the tools holding a
+        client (the web tools'), each given a few seconds, a failure never skipping the rest;
+        then checkpoint and close the store."""
         providers = parts.providers if parts is not None else []
+        registries = parts.registries if parts is not None else []
+        tools = {id(t): t for r in registries for t in map(r.get, r.names())}
 
         async def close(what: str, aclose: Callable[[], Awaitable[None]]) -> None:
             try:
@@ -150,6 +153,9 @@ class Daemon:
                     tg.start_soon(close, "provider", each.aclose)
             if isinstance(transcriber := self._media.transcriber, SupportsAclose):
                 tg.start_soon(close, "transcriber", transcriber.aclose)
+            for tool in tools.values():
+                if isinstance(tool, SupportsAclose):
+                    tg.start_soon(close, f"tool {tool.name}", tool.aclose)
         await backend.aclose()
 
     async def _serve(self, parts: Parts, listeners: Listeners) -> None:

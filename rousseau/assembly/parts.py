@@ -57,7 +57,7 @@ VOICE_HINT = (
 @runtime_checkable
 class SupportsAclose(Protocol):
     """Something holding a connection or a client to let go of at the end (a provider, the
-    transcriber); what has nothing to close has no `aclose`."""
+    transcriber, a web tool); what has nothing to close has no `aclose`."""
 
     async def aclose(self) -> None: ...
 

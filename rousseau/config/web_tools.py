@@ -4,8 +4,9 @@ which Chromium the browser tool drives."""
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import ByteSize, Field, SecretStr, model_validator
+from pydantic import ByteSize, Field, SecretStr, ValidationInfo, field_validator
 
 from rousseau.config.base import Duration, Section
 
@@ -25,19 +26,29 @@ class FetchConfig(Section):
 class SearchConfig(Section):
     provider: Literal["searxng", "brave", "tavily"]
     """Where web_search asks: a SearXNG of your own (its JSON API), Brave Search or Tavily."""
-    base_url: str | None = None
+    base_url: str | None = Field(default=None, validate_default=True)
     """The provider's address: SearXNG's, required (e.g. http://localhost:8888); Brave's and
-    Tavily's own by default. Yours to choose, so a local SearXNG needs no allow_private."""
+    Tavily's own by default (https://api.search.brave.com, https://api.tavily.com). Yours to
+    choose, so a local SearXNG needs no allow_private."""
     api_key: SecretStr | None = None
     """Brave's subscription token or Tavily's key (or BRAVE_API_KEY, TAVILY_API_KEY)."""
     timeout: Duration = 15.0
     """The longest one search may take."""
 
-    @model_validator(mode="after")
-    def _complete(self) -> SearchConfig:
-        if self.provider == "searxng" and not self.base_url:
-            raise ValueError("base_url: SearXNG has no address of its own; set yours")
-        return self
+    @field_validator("base_url")
+    @classmethod
+    def _address(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or not value.strip():
+            if info.data.get("provider") == "searxng":
+                raise ValueError(
+                    "SearXNG has no address of its own; set yours (e.g. http://localhost:8888)"
+                )
+            return None
+        value = value.strip().rstrip("/")
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http:// or https:// address")
+        return value
 
 
 class BrowserConfig(Section):

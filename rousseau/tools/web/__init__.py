@@ -1,10 +1,15 @@
-"""The tools that read the web: web_fetch, web_search and browser, each under the address
-rules of `guard` (http(s) only; this machine's networks refused unless allowed)."""
+"""The tools that read the web: web_fetch, web_search and browser. What web_fetch and the
+browser reach is held to the address rules of `guard` (http(s) only; this machine's networks
+refused unless allowed); web_search asks only the backend the owner configured."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+import structlog
 
 from rousseau.tools.web.guard import AddressRules, Refused
 
@@ -14,22 +19,36 @@ if TYPE_CHECKING:
 
 __all__ = ["AddressRules", "Refused", "web_tools"]
 
-FETCH_NEEDS = ("httpcore", "h2", "trafilatura", "pypdf", "brotli")
+_FETCH_NEEDS = ("httpcore", "h2", "trafilatura", "pypdf", "brotli")
 """What web_fetch imports on its first call (the webtools extra)."""
+_SEARCH_NEEDS = ("httpx",)
+"""What web_search imports on its first call (the webtools extra)."""
+
+_log = structlog.get_logger("rousseau.tools")
 
 
-def installed(*modules: str) -> bool:
+def _installed(*modules: str) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
-def web_tools(config: WebToolsConfig) -> list[Tool]:
+def web_tools(config: WebToolsConfig, environ: Mapping[str, str] | None = None) -> list[Tool]:
     """The web tools `config` and this installation allow; nothing of the libraries they
-    use is imported before their first call."""
+    use is imported before their first call. `environ` (this process's by default) may hold
+    the search provider's key."""
     rules = AddressRules.of(config.fetch.allow_private, config.fetch.allow_hosts)
     tools: list[Tool] = []
-    if installed(*FETCH_NEEDS):
+    if _installed(*_FETCH_NEEDS):
         from rousseau.tools.web.fetch import WebFetchTool
 
         fetch = config.fetch
         tools.append(WebFetchTool(rules, max_bytes=int(fetch.max_bytes), timeout=fetch.timeout))
+    if config.search is not None:
+        if _installed(*_SEARCH_NEEDS):
+            from rousseau.tools.web.search import search_tool
+
+            search = search_tool(config.search, os.environ if environ is None else environ)
+            if search is not None:
+                tools.append(search)
+        else:
+            _log.warning("web_search.not_installed", fix="pip install 'rousseau[webtools]'")
     return tools
