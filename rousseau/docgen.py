@@ -58,6 +58,8 @@ def _type(annotation: Any) -> str:
 
 
 def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
     if field.default_factory is not None:
         value: Any = field.default_factory()  # type: ignore[call-arg]
     else:
