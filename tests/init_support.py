@@ -71,3 +71,18 @@ class Running:
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.wait(timeout=30) == 0, self.said()
+
+
+def init_quietly(
+    env: dict[str, str], *args: str, config: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`rousseau init` without a terminal."""
+    named = ["--config", str(config)] if config else []
+    return subprocess.run(
+        [*ROUSSEAU, *named, "init", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -4,7 +4,6 @@ flags alone; the model and the Telegram Bot API are the fakes on 127.0.0.1."""
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import stat
 import subprocess
@@ -15,19 +14,19 @@ from typing import Any
 import pytest
 
 from rousseau.config import load_config
-from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
+from tests.fakes.llm import FakeLLMServer
 from tests.fakes.telegram import BOT_USERNAME, FakeTelegram
 from tests.helpers import ROUSSEAU, free_port
+from tests.init_support import (
+    KEY,
+    init_env,
+    init_quietly,
+)
 from tests.terminal import Terminal
 
-KEY = "sk-init-test-0123456789abcdefXYZ"
 OWNER = 4242
 BAD_TOKEN = "123456:not-the-token"
 _update_ids = itertools.count(9000)
-
-
-def echo(recorded: Recorded) -> Reply:
-    return openai_stream(openai_completion(f"echo: {recorded.body['messages'][-1]['content']}"))
 
 
 def private_message(
@@ -52,13 +51,7 @@ def private_message(
 @pytest.fixture
 def env(tmp_path: Path, fake_llm: FakeLLMServer, telegram: FakeTelegram) -> dict[str, str]:
     """No keys: the fakes' addresses, and a home of the test's own."""
-    fake_llm.responder = echo
-    return {
-        "PATH": os.environ["PATH"],
-        "HOME": str(tmp_path),
-        "TERM": "dumb",
-        "ROUSSEAU_OPENAI_BASE_URL": fake_llm.url + "/v1",
-        "ROUSSEAU_OPENAI_MAX_RETRIES": "0",
+    return init_env(tmp_path, fake_llm) | {
         "ROUSSEAU_OLLAMA_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
         "ROUSSEAU_TELEGRAM_BASE_URL": telegram.url,
     }
@@ -67,16 +60,7 @@ def env(tmp_path: Path, fake_llm: FakeLLMServer, telegram: FakeTelegram) -> dict
 def init(
     *args: str, env: dict[str, str], config: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`rousseau init` without a terminal."""
-    named = ["--config", str(config)] if config else []
-    return subprocess.run(
-        [*ROUSSEAU, *named, "init", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return init_quietly(env, *args, config=config)
 
 
 def default_config(home: Path) -> Path:

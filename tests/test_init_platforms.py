@@ -22,7 +22,7 @@ from tests.fakes.llm import FakeLLMServer
 from tests.fakes.signal_cli import CODE, LINKED
 from tests.fakes.slack import FakeSlack
 from tests.helpers import ROUSSEAU
-from tests.init_support import KEY, Running, init_env, start_init, written
+from tests.init_support import KEY, Running, init_env, init_quietly, start_init, written
 from tests.transports.harness_signal import SignalHarness
 
 STRANGER = "700000000000000666"
@@ -312,20 +312,6 @@ def test_whatsapp_without_a_terminal_or_a_paired_session_says_how_to_link(
     assert result.stderr.count("\n") == 1, result.stderr
     assert "no device is paired" in result.stderr and "--add whatsapp" in result.stderr
     assert not (tmp_path / ".config" / "rousseau" / "config.yaml").exists()
-
-
-def init_quietly(
-    env: dict[str, str], *args: str, config: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    named = ["--config", str(config)] if config else []
-    return subprocess.run(
-        [*ROUSSEAU, *named, "init", *args],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_add_puts_a_transport_in_an_existing_file_keeping_its_comments(
