@@ -7,6 +7,10 @@ server on 127.0.0.1 in this process:
   article markup. The time of one call, median of 15 after one warm-up, and the peak memory
   one call adds, measured in a child process so only the tool's memory counts (targets:
   < 300 ms, < 50 MB).
+- browser: the time to start Chromium (Playwright's driver, the checking proxy, Chromium
+  with a fresh profile, its first tab), to open a page whose text a script fetches, and to
+  read it (snapshot), on that small page and on one of 400 links and paragraphs. Medians over
+  5 cold starts, each in a fresh state folder (targets: start < 2 s, snapshot < 500 ms).
 
 Run: python bench/web.py
 """
@@ -14,10 +18,16 @@ Run: python bench/web.py
 from __future__ import annotations
 
 import gzip
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 RUNS = 15
 SIZE = 1_000_000
+BROWSER_RUNS = 5
 
 
 def _section(n: int, *, dense: bool) -> str:
@@ -141,10 +152,114 @@ def fetch_figures(*, dense: bool) -> list[str]:
     ]
 
 
+SMALL = (
+    "<title>Weather</title><h1>Weather</h1><p id=late>loading</p><a href=/more>more</a>"
+    "<script>fetch('/forecast.json').then(r => r.json())"
+    ".then(d => { document.getElementById('late').textContent = d.forecast })</script>"
+)
+LARGE = "<title>Index</title><h1>Index</h1>" + "".join(
+    f"<p>Paragraph {i} of the index, with a few words to read.</p><a href=/p/{i}>page {i}</a>"
+    for i in range(400)
+)
+BROWSER_PAGES = {"/": SMALL, "/large": LARGE, "/forecast.json": '{"forecast": "sunny"}'}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = BROWSER_PAGES.get(self.path, "<title>404</title>").encode()
+        self.send_response(200)
+        kind = "application/json" if self.path.endswith(".json") else "text/html"
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def browser_site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def browser_times(runs: int = BROWSER_RUNS) -> dict[str, float]:
+    """Median seconds of: start, open (small page), snapshot (small), snapshot (large)."""
+    import anyio
+
+    from rousseau.agent import ToolCall
+    from rousseau.assembly import tool_files
+    from rousseau.tools.web import web_tools
+    from tests.helpers import config_in
+
+    executable = shutil.which("chromium") or "/usr/bin/chromium"
+    call = ToolCall(session_id="bench", tool_use_id="t")
+    figures: dict[str, list[float]] = {
+        "start": [],
+        "open": [],
+        "snapshot": [],
+        "snapshot (400 links)": [],
+    }
+
+    async def one(base: str, folder: Path) -> None:
+        config = config_in(
+            folder,
+            ROUSSEAU_WEB_TOOLS_BROWSER_EXECUTABLE=executable,
+            ROUSSEAU_WEB_TOOLS_FETCH_ALLOW_HOSTS="127.0.0.1",
+        )
+        [tool] = [t for t in web_tools(config, files=tool_files(config)) if t.name == "browser"]
+        try:
+            began = time.perf_counter()
+            await tool.chromium.tab("bench")
+            figures["start"].append(time.perf_counter() - began)
+            for action, url, key in (
+                ("open", f"{base}/", "open"),
+                ("snapshot", None, "snapshot"),
+                ("open", f"{base}/large", None),
+                ("snapshot", None, "snapshot (400 links)"),
+            ):
+                began = time.perf_counter()
+                out = await tool.execute(
+                    {"action": action, "url": url} if url else {"action": action}, call
+                )
+                took = time.perf_counter() - began
+                if out.is_error:
+                    raise SystemExit(f"{action} failed: {out.content}")
+                if key is not None:
+                    figures[key].append(took)
+        finally:
+            await tool.aclose()
+
+    with browser_site() as base:
+        for _ in range(runs):
+            with tempfile.TemporaryDirectory() as folder:
+                anyio.run(one, base, Path(folder))
+    return {name: statistics.median(values) for name, values in figures.items()}
+
+
+def browser_figures() -> list[str]:
+    if shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists():
+        return ["browser: no Chromium here (Debian's chromium package)"]
+    lines = [f"browser, pages on 127.0.0.1, median of {BROWSER_RUNS} cold starts"]
+    for name, seconds in browser_times().items():
+        lines.append(f"  {name:<22} {seconds * 1000:6.0f} ms")
+    lines.append("  targets: start < 2000 ms, snapshot < 500 ms")
+    return lines
+
+
 def main() -> None:
     for dense in (False, True):
         for line in fetch_figures(dense=dense):
             print(line, flush=True)
+    for line in browser_figures():
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -8,19 +8,21 @@ loads a vendor SDK.
 """
 
 from rousseau.assembly.agent import (
+    SupportsAclose,
     blob_store,
     build_agent,
     build_approver,
     build_compressor,
     build_registry,
     build_sandbox,
+    close_tools,
     connected_agent,
     media_intake,
+    tool_files,
 )
 from rousseau.assembly.parts import (
     VOICE_HINT,
     Parts,
-    SupportsAclose,
     agent_config,
     assemble,
     build_router,
@@ -40,7 +42,9 @@ __all__ = [
     "build_registry",
     "build_router",
     "build_sandbox",
+    "close_tools",
     "connected_agent",
     "media_intake",
     "stream_settings",
+    "tool_files",
 ]

@@ -3,10 +3,15 @@ the daemon and the commands alike)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
+import anyio
 import structlog
 
 from rousseau.agent import (
@@ -14,6 +19,7 @@ from rousseau.agent import (
     AllowAllApprover,
     Approver,
     AskingApprover,
+    Attachment,
     Compressor,
     DenyAllApprover,
     LLMCompressor,
@@ -27,13 +33,24 @@ from rousseau.agent import (
 from rousseau.agent.approval import AskFn
 from rousseau.approvals import SPLITTERS, asking_what_shows
 from rousseau.config import ApproverConfig, Config, RuleConfig
-from rousseau.media import BlobStore, MediaIntake
+from rousseau.media import BlobStore, MediaIntake, save_to_workspace
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.state import SessionStore
 from rousseau.tools import Registry, Sandbox, Subset, builtin_registry
 from rousseau.tools.hardening import make_undumpable
 
 log = structlog.get_logger("rousseau.assembly")
+
+CLOSE_TIMEOUT = 10.0
+"""Seconds any one tool may take to let go of what it holds."""
+
+
+@runtime_checkable
+class SupportsAclose(Protocol):
+    """Something holding a connection or a client to let go of at the end (a provider, the
+    transcriber, a web tool, the browser); what has nothing to close has no `aclose`."""
+
+    async def aclose(self) -> None: ...
 
 
 def build_approver(
@@ -100,8 +117,9 @@ def build_sandbox(config: Config) -> Sandbox | None:
     )
 
 
-def build_registry(config: Config) -> Registry:
-    """The built-in tools, confined to the agent's workspace, and the web tools."""
+def build_registry(config: Config, agent: str = DEFAULT_AGENT) -> Registry:
+    """The built-in tools, confined to the agent's workspace, and the web tools (a browser
+    of `agent`'s own among them)."""
     from rousseau.tools.web import web_tools
 
     make_undumpable()  # bash must not read this process's environment or memory (hardening.py)
@@ -112,9 +130,26 @@ def build_registry(config: Config) -> Registry:
         sandbox=build_sandbox(config),
         bash_env=config.agent.bash_env,
     )
-    for tool in web_tools(config.web_tools):
+    for tool in web_tools(config, agent, tool_files(config)):
         registry.register(tool)
     return registry
+
+
+async def close_tools(registries: Iterable[Registry]) -> None:
+    """Let go of what the tools hold (the browser and its Chromium, web_fetch's connections),
+    each tool once, side by side, given CLOSE_TIMEOUT; a failure never skips the rest."""
+    held = {id(t): t for r in registries for t in r.tools() if isinstance(t, SupportsAclose)}
+
+    async def close(tool: SupportsAclose) -> None:
+        try:
+            with anyio.fail_after(CLOSE_TIMEOUT):
+                await tool.aclose()
+        except Exception as exc:  # TimeoutError included: a hung close is left behind
+            log.warning("tools.close_failed", tool=type(tool).__name__, error=str(exc) or repr(exc))
+
+    async with anyio.create_task_group() as tg:
+        for tool in held.values():
+            tg.start_soon(close, tool)
 
 
 def build_compressor(config: Config, provider: Provider) -> Compressor:
@@ -158,9 +193,30 @@ def build_agent(
         ),
         media=blob_store(config) if store is not None else None,
     )
-    registry = registry if registry is not None else build_registry(config)
+    registry = registry if registry is not None else build_registry(config, name)
     allowed = config.agent.tools
     return Agent(provider, registry if allowed is None else Subset(registry, allowed), options)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFiles:
+    """What tools hand over: kept in the blob store (a screenshot the model is shown), or
+    put in the workspace's inbox/ as inbound files are (a download)."""
+
+    blobs: BlobStore
+    workspace: Path
+
+    async def keep(self, data: bytes, *, media_type: str, name: str) -> Attachment:
+        return await self.blobs.put(data, media_type=media_type, name=name)
+
+    async def to_inbox(self, name: str, source: Path) -> str:
+        save = functools.partial(save_to_workspace, self.workspace, name, source)
+        return await anyio.to_thread.run_sync(functools.partial(save, today=date.today()))
+
+
+def tool_files(config: Config) -> ToolFiles:
+    """The blob store and the agent's workspace, for the tools' files."""
+    return ToolFiles(blobs=blob_store(config), workspace=Path(config.agent.workspace).expanduser())
 
 
 def blob_store(config: Config) -> BlobStore:
@@ -202,6 +258,10 @@ async def connected_agent(
     """`build_agent`, with the configured MCP servers' tools connected while it is in use."""
     from rousseau.mcp.client import mcp_tools
 
-    registry = build_registry(config)
-    async with mcp_tools(config.mcp_servers, registry):
-        yield build_agent(config, provider, store, ask=ask, registry=registry, name=name)
+    registry = build_registry(config, name)
+    try:
+        async with mcp_tools(config.mcp_servers, registry):
+            yield build_agent(config, provider, store, ask=ask, registry=registry, name=name)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await close_tools([registry])

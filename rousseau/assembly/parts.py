@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
@@ -52,14 +52,6 @@ VOICE_HINT = (
     " it, or ask the owner to set up media.transcription.)"
 )
 """Said once in a chat whose voice note nobody could transcribe."""
-
-
-@runtime_checkable
-class SupportsAclose(Protocol):
-    """Something holding a connection or a client to let go of at the end (a provider, the
-    transcriber, a web tool); what has nothing to close has no `aclose`."""
-
-    async def aclose(self) -> None: ...
 
 
 @dataclass(kw_only=True, slots=True)
@@ -267,10 +259,15 @@ def build_router(
     return router
 
 
-def _tools(config: Config, transports: Mapping[str, Transport], media: MediaIntake) -> Registry:
-    """The built-in tools in the workspace of `config.agent`, and send_file where a
-    transport can send files."""
-    registry = build_registry(config)
+def _tools(
+    config: Config,
+    transports: Mapping[str, Transport],
+    media: MediaIntake,
+    agent: str = DEFAULT_AGENT,
+) -> Registry:
+    """The built-in tools in the workspace of `config.agent` (agent `agent`'s), and
+    send_file where a transport can send files."""
+    registry = build_registry(config, agent)
     file_limits = {
         name: int(limit)
         for name, transport in transports.items()
@@ -306,7 +303,7 @@ def _agents(
             used = LazyProvider(chosen, functools.partial(build_provider, own, chosen, store=store))
             providers.append(used)
         # No cron tool: what a job runs on is the owner's choice (cron add --agent).
-        registry = _tools(own, transports, media)
+        registry = _tools(own, transports, media, name)
         registries.append(registry)
         ask = _ask(approvals, own)
         agents[name] = build_agent(own, used, store, registry=registry, ask=ask, name=name)

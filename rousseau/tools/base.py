@@ -140,6 +140,10 @@ class Registry:
             raise ToolNotFoundError(name)
         return tool
 
+    def tools(self) -> list[Tool]:
+        with self._lock:
+            return list(self._tools.values())
+
     def names(self) -> list[str]:
         with self._lock:
             return sorted(self._tools)

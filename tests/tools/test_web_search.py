@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from rousseau.agent import Request, Response, ToolCall, ToolOutput
 from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
-from rousseau.config import ConfigError, load_config
+from rousseau.config import Config, ConfigError, load_config
 from rousseau.config.web_tools import SearchConfig, WebToolsConfig
 from rousseau.daemon import Daemon
 from rousseau.policy import ChatPolicy
@@ -307,7 +307,8 @@ async def test_the_key_may_come_from_the_environment(brave: FakeBrave) -> None:
 )
 def test_without_a_key_the_tool_is_not_offered(provider: str, variable: str) -> None:
     with capture_logs() as logs:
-        tools = web_tools(WebToolsConfig.model_validate({"search": {"provider": provider}}), {})
+        section = WebToolsConfig.model_validate({"search": {"provider": provider}})
+        tools = web_tools(Config(web_tools=section), environ={})
     assert "web_search" not in [t.name for t in tools]
     [warning] = [e for e in logs if e["event"] == "web_search.no_key"]
     assert warning["log_level"] == "warning"
@@ -315,13 +316,13 @@ def test_without_a_key_the_tool_is_not_offered(provider: str, variable: str) -> 
 
 
 async def test_web_tools_offer_search_only_when_configured(searxng: FakeSearXNG) -> None:
-    assert "web_search" not in [t.name for t in web_tools(WebToolsConfig(), {})]
+    assert "web_search" not in [t.name for t in web_tools(Config(), environ={})]
     # A SearXNG on this machine is the owner's choice: allow_private stays off.
     section = WebToolsConfig.model_validate(
         {"search": {"provider": "searxng", "base_url": searxng.url}}
     )
     assert not section.fetch.allow_private
-    [tool] = [t for t in web_tools(section, {}) if t.name == "web_search"]
+    [tool] = [t for t in web_tools(Config(web_tools=section), environ={}) if t.name == "web_search"]
     assert isinstance(tool, WebSearchTool)
     output = await search(tool, "rousseau")
     assert not output.is_error and len(searxng.asked) == 1

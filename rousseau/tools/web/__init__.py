@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import structlog
 
+from rousseau.messages import DEFAULT_AGENT
 from rousseau.tools.web.guard import AddressRules, Refused
 
 if TYPE_CHECKING:
-    from rousseau.config.web_tools import WebToolsConfig
+    from rousseau.config import Config
     from rousseau.tools.base import Tool
+    from rousseau.tools.web.chromium import Files
 
 __all__ = ["AddressRules", "Refused", "web_tools"]
 
@@ -31,24 +34,37 @@ def _installed(*modules: str) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
-def web_tools(config: WebToolsConfig, environ: Mapping[str, str] | None = None) -> list[Tool]:
-    """The web tools `config` and this installation allow; nothing of the libraries they
-    use is imported before their first call. `environ` (this process's by default) may hold
-    the search provider's key."""
-    rules = AddressRules.of(config.fetch.allow_private, config.fetch.allow_hosts)
+def web_tools(
+    config: Config,
+    agent: str = DEFAULT_AGENT,
+    files: Files | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[Tool]:
+    """The web tools `config` and this installation allow agent `agent` (the browser where
+    it has `files` to put screenshots and downloads in); nothing of the libraries they use
+    is imported before their first call. `environ` (this process's by default) may hold the
+    search provider's key."""
+    web = config.web_tools
+    rules = AddressRules.of(web.fetch.allow_private, web.fetch.allow_hosts)
     tools: list[Tool] = []
     if _installed(*_FETCH_NEEDS):
         from rousseau.tools.web.fetch import WebFetchTool
 
-        fetch = config.fetch
+        fetch = web.fetch
         tools.append(WebFetchTool(rules, max_bytes=int(fetch.max_bytes), timeout=fetch.timeout))
-    if config.search is not None:
+    if web.search is not None:
         if _installed(*_SEARCH_NEEDS):
             from rousseau.tools.web.search import search_tool
 
-            search = search_tool(config.search, os.environ if environ is None else environ)
+            search = search_tool(web.search, os.environ if environ is None else environ)
             if search is not None:
                 tools.append(search)
         else:
             _log.warning("web_search.not_installed", fix="pip install 'rousseau[webtools]'")
+    browser = web.browser
+    usable = browser.enabled and _installed("playwright") and shutil.which(browser.executable)
+    if usable and files is not None:
+        from rousseau.tools.web.browser import BrowserTool
+
+        tools.append(BrowserTool.of(config, files, agent))
     return tools
