@@ -38,6 +38,7 @@ PAGES = {
     "/forecast.json": '{"forecast": "sunny spells over Lyon"}',
     "/form": "<title>Sign up</title><form method=post action=/sent>"
     "<label>Name <input name=name></label><label>City <input name=city></label>"
+    "<label>Size <select name=size><option>small<option>large</select></label>"
     "<button>Send</button></form>",
     "/jump": "<title>Jump</title><p>going</p><script>location.href = '{secret}'</script>",
     "/secret": "<title>Secret</title>the router's admin page",
@@ -174,12 +175,13 @@ async def test_a_page_made_by_javascript_is_read_by_snapshot(tool: Any, site: Si
 async def test_a_form_is_filled_and_sent_by_its_refs(tool: Any, site: Site) -> None:
     form = await call(tool, action="open", url=site.url("/form"))
     name, city = ref_of(form.content, "textbox", "Name"), ref_of(form.content, "textbox", "City")
-    send = ref_of(form.content, "button", "Send")
+    size, send = ref_of(form.content, "combobox", "Size"), ref_of(form.content, "button", "Send")
     assert not (await call(tool, action="type", ref=name, text="Ada Lovelace")).is_error
     assert not (await call(tool, action="type", ref=f"[ref={city}]", text="Lyon")).is_error
+    assert "chose large" in (await call(tool, action="type", ref=size, text="large")).content
     sent = await call(tool, action="click", ref=send)
     assert not sent.is_error and "Thank you, we got it." in sent.content
-    assert site.posted == ["name=Ada+Lovelace&city=Lyon"]
+    assert site.posted == ["name=Ada+Lovelace&city=Lyon&size=large"]
 
 
 async def test_a_ref_not_on_the_last_snapshot_is_a_clear_error(tool: Any, site: Site) -> None:

@@ -56,7 +56,10 @@ class BrowserTool(Tool):
             "action": {"type": "string", "enum": list(ACTIONS)},
             "url": {"type": "string", "description": "For open: the http(s) URL."},
             "ref": {"type": "string", "description": "For click and type: e.g. e12."},
-            "text": {"type": "string", "description": "For type: what to enter."},
+            "text": {
+                "type": "string",
+                "description": "For type: what to enter (in a list: the option's label).",
+            },
             "key": {"type": "string", "description": "For press: e.g. Enter, Tab, Control+a."},
             "direction": {
                 "type": "string",
@@ -159,9 +162,13 @@ class BrowserTool(Tool):
         ref = _needs(input, "ref")
         target = await _locate(tab, ref)
         text = str(input.get("text", ""))
-        await target.fill(text)
+        if await target.evaluate("e => e.tagName") == "SELECT":
+            chosen = await target.select_option(text)
+            said = f"chose {', '.join(chosen) or 'nothing'} in [ref={ref}]"
+        else:
+            await target.fill(text)
+            said = f"typed {len(text):,} characters into [ref={ref}]"
         notes = await _news(tab)
-        said = f"typed {len(text):,} characters into [ref={ref}]"
         return ToolOutput(content=said + "".join(f"\n[{n}]" for n in notes))
 
     async def _press(self, input: dict[str, Any], session: str) -> ToolOutput:

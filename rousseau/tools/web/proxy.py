@@ -50,7 +50,8 @@ class CheckingProxy:
         self.rules = rules
         self.port = 0
         self._task: asyncio.Task[None] | None = None
-        self._active = 0
+        self.active = 0
+        """Connections being served."""
         self._refused: OrderedDict[tuple[str, int], tuple[float, str]] = OrderedDict()
 
     @property
@@ -95,16 +96,16 @@ class CheckingProxy:
 
     async def _handle(self, client: SocketStream) -> None:
         async with client:
-            if self._active >= MAX_CONNECTIONS:
+            if self.active >= MAX_CONNECTIONS:
                 await _answer(client, 503, "the browser has too many connections open")
                 return
-            self._active += 1
+            self.active += 1
             try:
                 await self._serve(client)
             except Exception as exc:  # one connection's end, never the proxy's
                 log.debug("browser.proxy_connection_failed", error=repr(exc))
             finally:
-                self._active -= 1
+                self.active -= 1
 
     async def _serve(self, client: SocketStream) -> None:
         reader = BufferedByteReceiveStream(client)
