@@ -27,6 +27,10 @@ _FETCH_NEEDS = ("httpcore", "h2", "trafilatura", "pypdf", "brotli")
 _SEARCH_NEEDS = ("httpx",)
 """What web_search imports on its first call (the webtools extra)."""
 
+_PLAYWRIGHT = (1, 65)
+"""A Playwright whose snapshots' refs its locators resolve (Page.get_by_ref: 1.62 lacked it,
+1.65 has it)."""
+
 _log = structlog.get_logger("rousseau.tools")
 
 
@@ -61,10 +65,33 @@ def web_tools(
                 tools.append(search)
         else:
             _log.warning("web_search.not_installed", fix="pip install 'rousseau[webtools]'")
-    browser = web.browser
-    usable = browser.enabled and _installed("playwright") and shutil.which(browser.executable)
-    if usable and files is not None:
+    if web.browser.enabled and files is not None and _browser_usable(web.browser.executable):
         from rousseau.tools.web.browser import BrowserTool
 
         tools.append(BrowserTool.of(config, files, agent))
     return tools
+
+
+def _browser_usable(executable: str) -> bool:
+    """Playwright (recent enough) and the Chromium it drives are installed; said when only
+    one of them is (without Playwright, the browser extra was not asked for)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("playwright")
+    except PackageNotFoundError:
+        return False
+    if tuple(int(p) for p in found.split(".")[:2] if p.isdigit()) < _PLAYWRIGHT:
+        _log.warning(
+            "browser.playwright_too_old", found=found, fix="pip install 'playwright>=1.65'"
+        )
+        return False
+    if shutil.which(executable) is None:
+        _log.warning(
+            "browser.no_chromium",
+            executable=executable,
+            fix="install Chromium (Debian: apt install chromium) or set "
+            "web_tools.browser.executable",
+        )
+        return False
+    return True
