@@ -22,7 +22,7 @@ import pytest
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
-from tests.faults.support import wait_until
+from tests.faults.support import wait_progress, wait_until
 from tests.helpers import ROUSSEAU, free_port
 from tests.postgres.server import Postgres
 
@@ -354,7 +354,7 @@ def check_cron(telegram: FakeTelegram, url: str, elapsed: float, kills: int) -> 
     assert len(runs) - len(finished) <= kills  # a kill cuts at most the run it ran
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("updates", ["polling", "webhook"])
 def test_three_daemons_answer_every_message_once_in_order_through_two_kills(
     updates: str,
@@ -379,7 +379,8 @@ def test_three_daemons_answer_every_message_once_in_order_through_two_kills(
         moves, kills = kill_twice(members, telegram, url, hook)
         traffic.thread.join()
         elapsed = time.monotonic() - started
-        done = wait_until(lambda: traffic.answered() >= Traffic.TOTAL, timeout=90)
+        # as long as answers keep coming: a loaded machine is slow, not wrong
+        done = wait_progress(traffic.answered, Traffic.TOTAL, stall=60)
         time.sleep(2 * LEASE)  # anything sent twice would show by now
         logs = "\n".join(m.log.read_text()[-2000:] for m in members)
         assert done, f"{counts(traffic.replies(), url)}\n{logs}"

@@ -78,6 +78,20 @@ def wait_until(condition: Callable[[], bool], timeout: float, every: float = 0.0
     return True
 
 
+def wait_progress(count: Callable[[], int], target: int, stall: float) -> bool:
+    """Poll `count` until it reaches `target` (True), or until it has not grown for `stall`
+    seconds (False): a slow machine is waited for as long as the work moves."""
+    seen, since = count(), time.monotonic()
+    while seen < target:
+        time.sleep(0.1)
+        now = count()
+        if now > seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since > stall:
+            return False
+    return True
+
+
 def acknowledged(telegram: FakeTelegram, update_id: int) -> bool:
     """The bot has asked for updates past `update_id`: Telegram would never send it again."""
     return any(offset > update_id for offset in list(telegram.offsets))
