@@ -12,7 +12,7 @@ import anyio
 
 from rousseau.config import Config
 from rousseau.state.daemon_state import DaemonState, TransportState
-from rousseau.state.protocol import DaemonStore, JobStore, SessionStore
+from rousseau.state.protocol import DaemonStore, JobStore, ProfileStore, SessionStore
 from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.state.store import Store
 
@@ -33,6 +33,8 @@ class Backend:
     """Cron jobs and runs (cron.CronJobs checks what is added)."""
     transport_state: Callable[[str], KeyValue]
     """A transport's own durable state, by its name."""
+    profiles: ProfileStore
+    """What each agent keeps about each person it talks to."""
     cluster: PostgresDaemonState | None = None
     """Where several daemons share the state: this daemon's membership and claims."""
 
@@ -52,6 +54,8 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
     """Open the configured state (migrating it); StoreError says why it cannot be. Only a
     `daemon` joins the daemons sharing a PostgreSQL store (a command does not)."""
     if config.state.url is None:
+        from rousseau.state.sqlite_profiles import SqliteProfiles
+
         # Migrations and the wait for the WAL switch are blocking work: off the event loop.
         store = await anyio.to_thread.run_sync(Store, config.state.path)
         return Backend(
@@ -59,10 +63,12 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
             state=DaemonState(store),
             jobs=SqliteCronJobs(store),
             transport_state=functools.partial(TransportState, store),
+            profiles=SqliteProfiles(store),
         )
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_cron import PostgresCronJobs
     from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
+    from rousseau.state.postgres_profiles import PostgresProfiles
 
     pg = await PostgresStore.open(config.state.url.get_secret_value())
     state = PostgresDaemonState(pg, lease=config.state.lease)
@@ -73,5 +79,6 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
         state=state,
         jobs=PostgresCronJobs(pg),
         transport_state=functools.partial(PostgresTransportState, pg),
+        profiles=PostgresProfiles(pg),
         cluster=state if daemon else None,
     )

@@ -3,7 +3,8 @@
 What is copied: sessions with their messages (attachments are references by content hash:
 the media folder itself stays where `state.media_dir` says), provider-side session ids, the
 chat-to-session map, admitted senders and transports' own state (login tokens, sync
-positions), cron jobs and their runs, the audit trail, and replies still waiting to be sent.
+positions), cron jobs and their runs, the audit trail, replies still waiting to be sent, and
+what each agent keeps about each person (their profiles).
 Ids are kept, so cron runs still point at their jobs and the order of messages is the same.
 """
 
@@ -48,13 +49,14 @@ TABLES: dict[str, str] = {
         "id, transport, chat_id, thread_id, reply_to, text, status, attempts, next_attempt_at,"
         " last_error, created_at, sent_at, buttons, attachment, replaces"
     ),
+    "profile_entries": "id, agent, person, text, created_at, updated_at",
 }
 """Each table copied, with its columns (the same names on both sides)."""
 _ONLY = {"outbox": "status = 'pending'"}
 """Rows copied (and counted) of a table not copied whole: replies sent stay behind."""
 
 _BOOLEANS = {"messages": {"compacted"}, "cron_jobs": {"enabled"}}
-_SERIAL = ("messages", "cron_jobs", "cron_runs", "tool_calls", "outbox")
+_SERIAL = ("messages", "cron_jobs", "cron_runs", "tool_calls", "outbox", "profile_entries")
 _BATCH = 1000
 
 

@@ -348,6 +348,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         then=_recall_index,
     ),
+    Migration(
+        20,
+        "people's profiles: what each agent keeps about each person it talks to",
+        (
+            """CREATE TABLE profile_entries (
+                id INTEGER PRIMARY KEY,
+                agent TEXT NOT NULL,
+                person TEXT NOT NULL,
+                text TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL
+            )""",
+            "CREATE INDEX profile_entries_of ON profile_entries(agent, person, id)",
+        ),
+    ),
 )
 
 

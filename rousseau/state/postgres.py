@@ -251,6 +251,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        6,
+        "people's profiles: what each agent keeps about each person it talks to",
+        (
+            """CREATE TABLE profile_entries (
+                id BIGSERIAL PRIMARY KEY,
+                agent TEXT NOT NULL,
+                person TEXT NOT NULL,
+                text TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL
+            )""",
+            "CREATE INDEX profile_entries_of ON profile_entries (agent, person, id)",
+        ),
+    ),
 )
 
 

@@ -24,6 +24,8 @@ from rousseau.state.records import (
     OutboxRow,
     PairingCode,
     PairingGrant,
+    ProfileEntry,
+    ProfileWrite,
     Progress,
     Retention,
     RunStatus,
@@ -290,6 +292,40 @@ class JobStore(Protocol):
 
     async def runs(self, job_id: int | None = None, limit: int = 50) -> list[CronRun]:
         """The newest runs first, of one job or of all."""
+        ...
+
+
+class ProfileStore(Protocol):
+    """What each agent keeps about each person it talks to: short dated entries
+    (SqliteProfiles, PostgresProfiles). A profile's bound is checked in the transaction
+    that writes to it, so two turns of one person writing at once cannot pass it."""
+
+    async def entries(
+        self, *, agent: str | None = None, person: str | None = None
+    ) -> list[ProfileEntry]:
+        """The entries of one agent's profile of one person, oldest first; leaving out
+        `agent` or `person`, of every such profile (by agent, then person)."""
+        ...
+
+    async def add_entry(
+        self, agent: str, person: str, text: str, *, max_chars: int
+    ) -> ProfileWrite:
+        """A new entry: done, or full when the profile would then hold more than
+        `max_chars` characters."""
+        ...
+
+    async def replace_entry(
+        self, agent: str, person: str, entry_id: int, text: str, *, max_chars: int
+    ) -> ProfileWrite:
+        """An entry of that profile given new text (and time): done, full (see
+        `records.over_bound`), or gone."""
+        ...
+
+    async def remove_entry(
+        self, entry_id: int, *, agent: str | None = None, person: str | None = None
+    ) -> ProfileEntry | None:
+        """Delete an entry (only of that agent's profile of that person, where named);
+        what was deleted, or None."""
         ...
 
 

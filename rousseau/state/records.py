@@ -1,9 +1,10 @@
 """The store's own records, and what both backends share to write and read them.
 
 The store protocol (state/protocol.py) speaks in these; SQLite (daemon_state.py,
-sqlite_cron.py) and PostgreSQL (postgres_daemon.py, postgres_cron.py) map their rows to them
-with the same column lists, so a part read from either backend is the same part. This module
-imports only the agent core and the message records, never a backend.
+sqlite_cron.py, sqlite_profiles.py) and PostgreSQL (postgres_daemon.py, postgres_cron.py,
+postgres_profiles.py) map their rows to them with the same column lists, so a part read from
+either backend is the same part. This module imports only the agent core and the message
+records, never a backend.
 """
 
 from __future__ import annotations
@@ -291,3 +292,48 @@ def run_of(row: tuple[Any, ...]) -> CronRun:
         error=row[6],
         session_id=row[7],
     )
+
+
+# -- people's profiles ----------------------------------------------------------------------
+
+ProfileWrite = Literal["done", "full", "gone"]
+"""What adding or replacing an entry did: done; refused, the profile would pass its bound
+(full); or the entry was no longer there (gone)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProfileEntry:
+    """One short, dated entry of what an agent keeps about a person."""
+
+    id: int
+    agent: str
+    """The agent whose profile of the person it is: no other agent sees it."""
+    person: str
+    """Whom it is about: `transport:sender_id`, or LOCAL_USER (the terminal's person)."""
+    text: str
+    created_at: float
+    updated_at: float
+    """When its text was last written (its creation, or a replace)."""
+
+
+PROFILE_COLUMNS = "id, agent, person, text, created_at, updated_at"
+
+
+def profile_entry_of(row: tuple[Any, ...]) -> ProfileEntry:
+    """An entry from its PROFILE_COLUMNS."""
+    return ProfileEntry(
+        id=row[0],
+        agent=row[1],
+        person=row[2],
+        text=row[3],
+        created_at=row[4],
+        updated_at=row[5],
+    )
+
+
+def over_bound(used: int, was: int, now: int, max_chars: int) -> bool:
+    """Whether writing `now` characters in place of `was` (0 for a new entry) to a profile
+    holding `used` passes `max_chars`. A write that does not grow the profile is never over:
+    a profile over a bound lowered since can still be consolidated."""
+    after = used - was + now
+    return after > max_chars and after > used
