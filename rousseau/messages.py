@@ -18,6 +18,7 @@ from rousseau.agent import Attachment
 
 __all__ = [
     "DEFAULT_AGENT",
+    "LOCAL_USER",
     "Inbound",
     "InboundHandler",
     "KeyValue",
@@ -26,6 +27,8 @@ __all__ = [
     "OutgoingFiles",
     "current_inbound",
     "outgoing_files",
+    "person_of_turn",
+    "turn_person",
 ]
 
 DEFAULT_AGENT = "default"
@@ -89,6 +92,23 @@ class Outbound:
 
 current_inbound: ContextVar[Inbound | None] = ContextVar("current_inbound", default=None)
 """The message whose turn is running, for tools that act on "this chat" (the router sets it)."""
+
+LOCAL_USER = "local"
+"""The person at the terminal chat, as a profile names them (a sender is `transport:id`)."""
+
+turn_person: ContextVar[str | None] = ContextVar("turn_person", default=None)
+"""Whom a turn answers where it answers no message: the terminal chat sets LOCAL_USER;
+unset (a cron job, a program's own turns), nobody."""
+
+
+def person_of_turn() -> str | None:
+    """Whose profile the running turn uses: the sender of the message it answers in a private
+    chat (`transport:sender_id`), else `turn_person`. None: nobody's, in a group (whose
+    members would all read it) and where no one is answered (cron)."""
+    inbound = current_inbound.get()
+    if inbound is not None:
+        return None if inbound.is_group else f"{inbound.transport}:{inbound.sender_id}"
+    return turn_person.get()
 
 
 @dataclass(kw_only=True, slots=True)

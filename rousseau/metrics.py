@@ -59,6 +59,13 @@ class Metrics:
         self.provider_tokens = Counter(
             "rousseau_provider_tokens", "Tokens used, by kind", ["kind"], registry=r
         )
+        self.memory_flushes = Counter(
+            "rousseau_memory_flushes",
+            "Flushes before a compaction, by outcome: saved (profile entries written), nothing"
+            " (the model kept nothing), failed (the request failed), skipped (no person)",
+            ["outcome"],
+            registry=r,
+        )
 
     def tokens(self, usage: Usage) -> None:
         for kind, value in (

@@ -16,7 +16,7 @@ from rousseau.agent.approval import (
     default_rules,
     input_digest,
 )
-from rousseau.agent.compress import Compressor, LLMCompressor, NoopCompressor
+from rousseau.agent.compress import Compressor, Flush, LLMCompressor, NoopCompressor
 from rousseau.agent.errors import (
     AgentError,
     ConfigError,
@@ -38,6 +38,7 @@ from rousseau.agent.loop import Agent, Options
 from rousseau.agent.protocols import (
     MediaSource,
     MessageLog,
+    ProfileProvider,
     Provider,
     RecallProvider,
     SkillsProvider,
@@ -83,6 +84,7 @@ __all__ = [
     "Decision",
     "DenyAllApprover",
     "EmptySessionError",
+    "Flush",
     "LLMCompressor",
     "MaxIterationsError",
     "MediaSource",
@@ -93,6 +95,7 @@ __all__ = [
     "Options",
     "PatternApprover",
     "PatternRule",
+    "ProfileProvider",
     "Provider",
     "ProviderAuthError",
     "ProviderError",

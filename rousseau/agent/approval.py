@@ -289,8 +289,10 @@ def input_changed(by: str = "") -> Decision:
 
 
 def default_rules() -> PatternApprover:
-    """With no approver configured: read and grep run, everything else is refused."""
+    """With no approver configured: read and grep run, and memory (it writes only to the
+    profile of the person talking, which they see and erase with /memory and /forget);
+    everything else is refused."""
     return PatternApprover(
-        allow=[PatternRule(tool="read"), PatternRule(tool="grep")],
+        allow=[PatternRule(tool="read"), PatternRule(tool="grep"), PatternRule(tool="memory")],
         default="deny",
     )

@@ -23,6 +23,16 @@ SUMMARY_HEADER = "[Summary of the earlier conversation]\n\n"
 _RESULT_CHARS = 2000
 
 
+class Flush(Protocol):
+    """A step before a compaction: what should outlive the summary is saved elsewhere (the
+    memory tool's flush asks the model to keep it in the person's profile)."""
+
+    async def flush(self, session: Session, messages: list[Message]) -> None:
+        """`messages`, about to be folded into a summary, looked over once; failures are
+        its own to report (the summary is written whatever happens here)."""
+        ...
+
+
 class Compressor(Protocol):
     """Shortens a long session for the model; the store keeps the full history."""
 
@@ -52,6 +62,7 @@ class LLMCompressor:
         trigger_messages: int = 60,
         keep_recent: int = 8,
         prompt: str = "",
+        flush: Flush | None = None,
     ) -> None:
         if keep_recent < 1 or trigger_messages <= keep_recent:
             raise ValueError("need keep_recent >= 1 and trigger_messages > keep_recent")
@@ -59,6 +70,8 @@ class LLMCompressor:
         self.trigger_messages = trigger_messages
         self.keep_recent = keep_recent
         self.prompt = prompt or DEFAULT_PROMPT
+        self.flush = flush
+        """Run on the messages to be summarised, before the summary is asked for."""
 
     def _cut(self, messages: list[Message]) -> int:
         for i in range(len(messages) - self.keep_recent, 0, -1):
@@ -73,6 +86,11 @@ class LLMCompressor:
         cut = self._cut(messages)
         if cut < 2:
             return None
+        if self.flush is not None:
+            try:
+                await self.flush.flush(session, messages[:cut])
+            except Exception:
+                log.exception("agent.flush_failed", session=session.id)
         request = Request(
             session_id=session.id,
             system=self.prompt,

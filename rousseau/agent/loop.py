@@ -31,6 +31,7 @@ from rousseau.agent.protocols import (
     AuditLog,
     MediaSource,
     MessageLog,
+    ProfileProvider,
     Provider,
     RecallProvider,
     SkillsProvider,
@@ -68,13 +69,17 @@ class Options:
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     """Model calls per turn at most; 0 means the default (32)."""
     approver: Approver = field(default_factory=default_rules)
-    """Decides every tool call. The default allows read and grep and denies the rest."""
+    """Decides every tool call. The default allows read, grep and memory and denies the
+    rest."""
     compressor: Compressor = field(default_factory=NoopCompressor)
     history_window: int = 0
     """Past this many messages, a session's older half is left out of what the model is
     shown and of what is held in memory (the history keeps it); 0: no window."""
     skills: SkillsProvider | None = None
     recall: RecallProvider | None = None
+    profile: ProfileProvider | None = None
+    """What the agent keeps about the person it answers, shown right after the system
+    prompt (it changes seldom: the start of the request stays cacheable)."""
     history: MessageLog | None = None
     """Where every message the loop adds is persisted, if anywhere."""
     audit: AuditLog | None = None
@@ -244,6 +249,8 @@ class Agent:
 
     async def _system_prompt(self, session: Session) -> str:
         parts = [self.options.system_prompt]
+        if self.options.profile is not None:
+            parts.append(await self.options.profile.appendix(session))
         if self.options.skills is not None:
             parts.append(await self.options.skills.appendix(session))
         if self.options.recall is not None:

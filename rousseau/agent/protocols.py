@@ -96,6 +96,12 @@ class RecallProvider(Protocol):
     async def appendix(self, session: Session) -> str: ...
 
 
+class ProfileProvider(Protocol):
+    """Supplies what the agent keeps about the person the turn answers (their profile)."""
+
+    async def appendix(self, session: Session) -> str: ...
+
+
 class MediaSource(Protocol):
     """Reads back the bytes of an attachment by its sha256; None when they are gone."""
 

@@ -4,12 +4,12 @@ the daemon and the commands alike)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -22,6 +22,7 @@ from rousseau.agent import (
     Attachment,
     Compressor,
     DenyAllApprover,
+    Flush,
     LLMCompressor,
     NoopCompressor,
     Options,
@@ -36,8 +37,13 @@ from rousseau.config import ApproverConfig, Config, RuleConfig
 from rousseau.media import BlobStore, MediaIntake, save_to_workspace
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.state import SessionStore
+from rousseau.state.protocol import ProfileStore
 from rousseau.tools import Registry, Sandbox, Subset, builtin_registry
 from rousseau.tools.hardening import make_undumpable
+
+if TYPE_CHECKING:
+    from rousseau.metrics import Metrics
+    from rousseau.tools.memory import MemoryTool
 
 log = structlog.get_logger("rousseau.assembly")
 
@@ -152,12 +158,17 @@ async def close_tools(registries: Iterable[Registry]) -> None:
             tg.start_soon(close, tool)
 
 
-def build_compressor(config: Config, provider: Provider) -> Compressor:
+def build_compressor(config: Config, provider: Provider, flush: Flush | None = None) -> Compressor:
+    """The configured compressor; `flush` runs before each summary (the memory flush)."""
     c = config.agent.compression
     if not c.enabled:
         return NoopCompressor()
     return LLMCompressor(
-        provider, trigger_messages=c.trigger_messages, keep_recent=c.keep_recent, prompt=c.prompt
+        provider,
+        trigger_messages=c.trigger_messages,
+        keep_recent=c.keep_recent,
+        prompt=c.prompt,
+        flush=flush,
     )
 
 
@@ -170,18 +181,31 @@ def build_agent(
     registry: Registry | None = None,
     approver: Approver | None = None,
     name: str = DEFAULT_AGENT,
+    profiles: ProfileStore | None = None,
+    metrics: Metrics | None = None,
 ) -> Agent:
     """The agent `config.agent` describes (see Config.for_agent for one of `agents:`),
-    called `name`: its recall searches only its own sessions."""
+    called `name`: its recall searches only its own sessions, and its memory (with
+    `profiles`) keeps its own profiles of people; `metrics` counts its memory flushes."""
     from rousseau.skills import Skills
     from rousseau.state.recall import SQLiteRecall
 
     recall = config.agent.recall
+    registry = registry if registry is not None else build_registry(config, name)
+    allowed = config.agent.tools
+    tools = registry if allowed is None else Subset(registry, allowed)
+    approver = approver if approver is not None else build_approver(config, ask)
+    memory = _memory(config, profiles, registry, name)
+    flush = None
+    if memory is not None and (allowed is None or Subset(registry, allowed).allows(memory.name)):
+        from rousseau.tools.memory import MemoryFlush
+
+        flush = MemoryFlush(provider, memory, approver, audit=store, counted=_counter(metrics))
     options = Options(
         system_prompt=config.agent.system_prompt,
         max_iterations=config.agent.max_iterations,
-        approver=approver if approver is not None else build_approver(config, ask),
-        compressor=build_compressor(config, provider),
+        approver=approver,
+        compressor=build_compressor(config, provider, flush),
         history_window=config.agent.history_messages,
         history=store,
         audit=store,
@@ -191,11 +215,36 @@ def build_agent(
             if store is not None and recall.enabled
             else None
         ),
+        profile=memory.section if memory is not None else None,
         media=blob_store(config) if store is not None else None,
     )
-    registry = registry if registry is not None else build_registry(config, name)
-    allowed = config.agent.tools
-    return Agent(provider, registry if allowed is None else Subset(registry, allowed), options)
+    return Agent(provider, tools, options)
+
+
+def _memory(
+    config: Config, profiles: ProfileStore | None, registry: Registry, name: str
+) -> MemoryTool | None:
+    """The agent's memory tool, in its registry (once: a cron agent of its own shares the
+    default agent's registry), where memory is on and profiles are kept."""
+    section = config.agent.memory
+    if profiles is None or not section.enabled:
+        return None
+    from rousseau.tools.memory import MemoryTool
+
+    if MemoryTool.name in registry:
+        found = registry.get(MemoryTool.name)
+        return found if isinstance(found, MemoryTool) else None
+    tool = MemoryTool(profiles, agent=name, max_chars=section.max_chars)
+    registry.register(tool)
+    return tool
+
+
+def _counter(metrics: Metrics | None) -> Callable[[str], None] | None:
+    """How a memory flush's outcome is counted, if there are metrics."""
+    if metrics is None:
+        return None
+    counter = metrics.memory_flushes
+    return lambda outcome: counter.labels(outcome).inc()
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +303,7 @@ async def connected_agent(
     *,
     ask: AskFn | None = None,
     name: str = DEFAULT_AGENT,
+    profiles: ProfileStore | None = None,
 ) -> AsyncIterator[Agent]:
     """`build_agent`, with the configured MCP servers' tools connected while it is in use."""
     from rousseau.mcp.client import mcp_tools
@@ -261,7 +311,9 @@ async def connected_agent(
     registry = build_registry(config, name)
     try:
         async with mcp_tools(config.mcp_servers, registry):
-            yield build_agent(config, provider, store, ask=ask, registry=registry, name=name)
+            yield build_agent(
+                config, provider, store, ask=ask, registry=registry, name=name, profiles=profiles
+            )
     finally:
         with anyio.CancelScope(shield=True):
             await close_tools([registry])

@@ -32,7 +32,6 @@ from rousseau.policy import ChatPolicy, RateLimiter
 from rousseau.providers import build_provider, detect_provider
 from rousseau.providers.lazy import LazyProvider
 from rousseau.router import Router, RouterSettings
-from rousseau.state import SessionStore
 from rousseau.state.backend import Backend
 from rousseau.streaming import StreamSettings
 from rousseau.tools import Registry, Shared
@@ -158,9 +157,19 @@ async def assemble(
     approvals = ChatApprovals(also=also) if needed else None
     if approvals is not None and backend.cluster is not None:
         approvals.relay = backend.cluster.approvals()  # answered on any daemon
-    agent = build_agent(default, provider, store, registry=registry, ask=_ask(approvals, default))
+    agent = build_agent(
+        default,
+        provider,
+        store,
+        registry=registry,
+        ask=_ask(approvals, default),
+        profiles=backend.profiles,
+        metrics=metrics,
+    )
     registries = [registry]
-    agents = _agents(config, provider, name, store, approvals, transports, media, registries, made)
+    agents = _agents(
+        config, provider, name, backend, approvals, transports, media, registries, made, metrics
+    )
     router = build_router(
         default,
         backend,
@@ -172,7 +181,7 @@ async def assemble(
         metrics=metrics,
         policies=policies,
     )
-    scheduler = _scheduler(config, router, backend, registry)
+    scheduler = _scheduler(config, router, backend, registry, metrics)
     cron_tool.on_change = scheduler.wake
     if backend.cluster is not None:  # a page's reply goes out where the page is connected
         backend.cluster.stays = frozenset(
@@ -226,6 +235,11 @@ def build_router(
             if (ws := Path(config.for_agent(name).agent.workspace).expanduser()) != media.workspace
         },
         approvals=approvals,
+        profiles={
+            name: backend.profiles
+            for name in {DEFAULT_AGENT, *config.agents}
+            if config.for_agent(name).agent.memory.enabled
+        },
         store=backend.store,
         daemon_state=backend.state,
         transport_state=backend.transport_state,
@@ -283,16 +297,18 @@ def _agents(
     config: Config,
     provider: Provider,
     provider_name: str,
-    store: SessionStore,
+    backend: Backend,
     approvals: ChatApprovals | None,
     transports: Mapping[str, Transport],
     media: MediaIntake,
     registries: list[Registry],
     providers: list[Provider],
+    metrics: Metrics,
 ) -> dict[str, Agent]:
     """The agents of `agents:` but the default, each with its own workspace, tools (added to
-    `registries`), recall, approver and owners to ask, and (where it names another provider
-    or model) provider (added to `providers`)."""
+    `registries`), recall, memory, approver and owners to ask, and (where it names another
+    provider or model) provider (added to `providers`)."""
+    store = backend.store
     agents = {}
     for name in config.agents:
         if name == DEFAULT_AGENT:
@@ -306,7 +322,16 @@ def _agents(
         registry = _tools(own, transports, media, name)
         registries.append(registry)
         ask = _ask(approvals, own)
-        agents[name] = build_agent(own, used, store, registry=registry, ask=ask, name=name)
+        agents[name] = build_agent(
+            own,
+            used,
+            store,
+            registry=registry,
+            ask=ask,
+            name=name,
+            profiles=backend.profiles,
+            metrics=metrics,
+        )
     return agents
 
 
@@ -317,7 +342,9 @@ def agent_config(config: Config, agent: str, detected: str) -> tuple[Config, str
     return own, own.provider or detected
 
 
-def _scheduler(config: Config, router: Router, backend: Backend, registry: Registry) -> Scheduler:
+def _scheduler(
+    config: Config, router: Router, backend: Backend, registry: Registry, metrics: Metrics
+) -> Scheduler:
     """The cron loop; a job's turn runs on the default agent (with the tools of `registry`),
     unattended: a call that would ask is denied, unless `cron.approver` says otherwise."""
     cron = config.cron
@@ -326,7 +353,13 @@ def _scheduler(config: Config, router: Router, backend: Backend, registry: Regis
     if cron.approver is not None:
         approver = build_approver(config, section=cron.approver)
         agent = build_agent(
-            config, router.agent.provider, store, registry=registry, approver=approver
+            config,
+            router.agent.provider,
+            store,
+            registry=registry,
+            approver=approver,
+            profiles=backend.profiles,
+            metrics=metrics,
         )
     runner = CronRunner(
         agent=agent,

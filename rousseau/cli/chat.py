@@ -33,13 +33,16 @@ def chat(args: argparse.Namespace) -> int:
 
 async def _chat(config: Config, args: argparse.Namespace, name: str, backend: Backend) -> int:
     """The chat on the configured state (SQLite's file or PostgreSQL), through the store
-    protocol: its sessions are the daemons' own, listed and recalled with theirs."""
+    protocol: its sessions are the daemons' own, listed and recalled with theirs; its turns
+    answer the local user, whose profile the agent keeps."""
+    from rousseau.messages import LOCAL_USER, turn_person
     from rousseau.providers import build_provider
 
+    turn_person.set(LOCAL_USER)
     provider = build_provider(config, name, store=backend.store)
     if args.message is not None:
-        return await _chat_once(config, provider, backend.store, args)
-    await _chat_interactive(config, provider, backend.store, args, name)
+        return await _chat_once(config, provider, backend, args)
+    await _chat_interactive(config, provider, backend, args, name)
     return 0
 
 
@@ -54,16 +57,19 @@ async def _open_session(store: SessionStore, args: argparse.Namespace) -> Any:
 
 
 async def _chat_once(
-    config: Config, provider: Any, store: SessionStore, args: argparse.Namespace
+    config: Config, provider: Any, backend: Backend, args: argparse.Namespace
 ) -> int:
     from rousseau.agent import RousseauError
     from rousseau.assembly import connected_agent
     from rousseau.cli.terminal import default_screen, run_turn
 
+    store = backend.store
     session = await _open_session(store, args)
     screen = default_screen(interactive=False)
     try:
-        async with connected_agent(config, provider, store, name=args.agent) as agent:
+        async with connected_agent(
+            config, provider, store, name=args.agent, profiles=backend.profiles
+        ) as agent:
             await run_turn(agent, session, args.message, screen)
     except RousseauError as exc:
         fail(str(exc))
@@ -74,7 +80,7 @@ async def _chat_once(
 
 
 async def _chat_interactive(
-    config: Config, provider: Any, store: SessionStore, args: argparse.Namespace, name: str
+    config: Config, provider: Any, backend: Backend, args: argparse.Namespace, name: str
 ) -> None:
     from rousseau.assembly import connected_agent
     from rousseau.cli.terminal import (
@@ -85,6 +91,7 @@ async def _chat_interactive(
         interactive,
     )
 
+    store = backend.store
     screen = default_screen(interactive=True)
     reader = LineReader()
     session = await _open_session(store, args)
@@ -95,7 +102,9 @@ async def _chat_interactive(
     )
     ask = TerminalApproval(reader, screen)
     try:
-        async with connected_agent(config, provider, store, ask=ask, name=args.agent) as agent:
+        async with connected_agent(
+            config, provider, store, ask=ask, name=args.agent, profiles=backend.profiles
+        ) as agent:
             await interactive(agent, store, session, screen, reader, banner)
     finally:
         await close_provider(provider)

@@ -85,7 +85,7 @@ async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
     config, name = agent_config(config, job.agent, name)
     store = backend.store
     provider = build_provider(config, name, store=store)
-    agent = build_agent(config, provider, store, name=job.agent)
+    agent = build_agent(config, provider, store, name=job.agent, profiles=backend.profiles)
     try:
         transports = _target_transport(config, job.deliver_to.partition(":")[0])
         router = Router(

@@ -158,7 +158,7 @@ def _bash_allowed(config: Config) -> bool:
     """Whether the approver lets bash run without asking anyone."""
     approver = config.agent.approver
     if approver is None:
-        return False  # the default rules allow read and grep only
+        return False  # the default rules allow read, grep and memory only
     rules = [*approver.allow, *(r for r in approver.rules if r.action == "allow")]
     return (
         approver.mode == "allow_all"

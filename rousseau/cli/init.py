@@ -275,12 +275,13 @@ def render(answers: Answers) -> str:
             "",
             "agent:",
             "  approver:",
-            "    # Tool calls: read and grep run; any other call is put to the owners, who answer",
-            "    # in chat with `yes CODE` or `no CODE` (unanswered in 5 minutes: refused).",
+            "    # Tool calls: read, grep and memory run; any other call is put to the owners, who",
+            "    # answer in chat with `yes CODE` or `no CODE` (unanswered in 5 minutes: refused).",
             "    mode: ask",
             "    allow:",
             "      - {tool: read}",
             "      - {tool: grep}",
+            "      - {tool: memory}",
             f"    owners: [{', '.join(q(o) for o in owners)}]",
         ]
     return "\n".join(head + lines) + "\n"

@@ -102,6 +102,14 @@ class RecallConfig(Section):
     """Which earlier sessions are searched: the same sender's (sender) or everyone's (all)."""
 
 
+class MemoryConfig(Section):
+    enabled: bool = True
+    """Keep a profile of each person the agent talks to (the memory tool; /memory and
+    /forget in chat)."""
+    max_chars: int = Field(default=2000, ge=100, le=20_000)
+    """The most characters one person's profile holds, all its entries together."""
+
+
 class AgentConfig(Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     """The instructions the model is given on every turn."""
@@ -134,9 +142,11 @@ class AgentConfig(Section):
     """The most messages of a session the model is shown: past it, the older half are left
     out of the requests that follow (the state file keeps them). 0: every message."""
     approver: ApproverConfig | None = None
-    """The tool-call policy; unset, read and grep run and everything else is refused."""
+    """The tool-call policy; unset, read, grep and memory run and everything else is refused."""
     recall: RecallConfig = Field(default_factory=RecallConfig)
     """Snippets from earlier sessions added to the prompt."""
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    """A profile of each person, kept by the agent and shown to it on every turn."""
     provider: ProviderName | None = None
     """In `agents:`, this agent's model backend; unset: the top-level provider."""
     model: str | None = None

@@ -96,10 +96,11 @@ async def test_invalid_default_is_rejected() -> None:
         PatternApprover(default="maybe")
 
 
-async def test_default_rules_allow_read_and_grep() -> None:
+async def test_default_rules_allow_read_grep_and_memory() -> None:
     rules = default_rules()
     assert (await rules.approve(req("read", path="a"))).allow
     assert (await rules.approve(req("grep", pattern="x"))).allow
+    assert (await rules.approve(req("memory", action="add", text="likes tea"))).allow
     for tool in ("write", "edit", "bash"):
         assert not (await rules.approve(req(tool))).allow
 
