@@ -19,7 +19,7 @@ from rousseau.approvals import ChatApprovals
 from rousseau.messages import Inbound, KeyValue
 from rousseau.policy import Admission, Admitted, Verdict
 from rousseau.router.sessions import Sessions
-from rousseau.state.protocol import DaemonStore
+from rousseau.state.protocol import DaemonStore, ProfileStore
 
 log = structlog.get_logger("rousseau.router")
 
@@ -44,6 +44,8 @@ class Context:
     """The turn running in each session, and the message it answers."""
     admission: Admission
     approvals: ChatApprovals | None
+    profiles: Mapping[str, ProfileStore]
+    """Where each agent that keeps people's profiles keeps them (/memory, /forget)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -102,6 +104,60 @@ async def _help(ctx: Context, inbound: Inbound) -> str:
     return ctx.commands.help
 
 
+NO_MEMORY = "I keep no profile of anyone here."
+IN_PRIVATE = "What I keep about you is shown only in a private chat with me: ask me there."
+
+
+def _profile(ctx: Context, inbound: Inbound) -> tuple[ProfileStore, str] | str:
+    """The asking person's profile (its store and their key), or why it is not shown here."""
+    profiles = ctx.profiles.get(inbound.agent)
+    if profiles is None:
+        return NO_MEMORY
+    if inbound.is_group:  # everyone in the group would read it
+        return IN_PRIVATE
+    return profiles, f"{inbound.transport}:{inbound.sender_id}"
+
+
+async def _memory(ctx: Context, inbound: Inbound) -> str:
+    """The person's profile, as this chat's agent keeps it, numbered for /forget."""
+    from rousseau.tools.memory import dated
+
+    found = _profile(ctx, inbound)
+    if isinstance(found, str):
+        return found
+    profiles, person = found
+    entries = await profiles.entries(agent=inbound.agent, person=person)
+    if not entries:
+        return "I keep nothing about you yet."
+    lines = [f"{n}. {dated(e)}" for n, e in enumerate(entries, 1)]
+    return "\n".join(
+        ["What I keep about you:", *lines, "", "/forget N deletes entry N (/forget all: all)."]
+    )
+
+
+async def _forget(ctx: Context, inbound: Inbound) -> str:
+    """Delete entry N of the person's profile as /memory numbers it (or all of them)."""
+    found = _profile(ctx, inbound)
+    if isinstance(found, str):
+        return found
+    profiles, person = found
+    which = inbound.text.split()[1:]
+    entries = await profiles.entries(agent=inbound.agent, person=person)
+    if which == ["all"]:
+        for entry in entries:
+            await profiles.remove_entry(entry.id, agent=inbound.agent, person=person)
+        log.info("router.profile_forgotten", agent=inbound.agent, entries=len(entries))
+        return f"Forgotten: all {len(entries)} entries." if entries else "There was nothing."
+    if len(which) != 1 or not which[0].isdigit():
+        return "Say which entry: /forget N, N as /memory numbers it (or /forget all)."
+    n = int(which[0])
+    if not 1 <= n <= len(entries):
+        return f"There is no entry {n}: /memory lists them."
+    gone = await profiles.remove_entry(entries[n - 1].id, agent=inbound.agent, person=person)
+    log.info("router.profile_forgotten", agent=inbound.agent, entries=int(gone is not None))
+    return f"Forgotten: {gone.text}" if gone is not None else "It was gone already."
+
+
 async def _approval_answer(ctx: Context, inbound: Inbound) -> bool:
     """An owner's `yes ID` / `no ID` (in groups too, mention or not); from a stranger it is
     an ordinary message."""
@@ -120,6 +176,8 @@ async def _settle(ctx: Context, inbound: Inbound) -> str:
 COMMANDS: tuple[Command | Answer, ...] = (
     Command(names=("/new", "/reset"), usage="start a fresh conversation", run=_new),
     Command(names=("/stop",), usage="stop the answer being written", at_once=True, run=_stop),
+    Command(names=("/memory",), usage="what I keep about you, numbered", run=_memory),
+    Command(names=("/forget",), usage="/forget N deletes entry N of /memory", run=_forget),
     Command(names=("/help",), usage="this message", run=_help),
     Answer(claims=_approval_answer, run=_settle),
 )

@@ -17,7 +17,7 @@ import functools
 import secrets
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import anyio
@@ -41,7 +41,7 @@ from rousseau.router.sharing import Sharing
 from rousseau.router.turns import Turns, TurnSlots
 from rousseau.state import SessionStore, Store
 from rousseau.state.daemon_state import DaemonState, TransportState
-from rousseau.state.protocol import DaemonStore, SharedState
+from rousseau.state.protocol import DaemonStore, ProfileStore, SharedState
 from rousseau.state.store import StoreFullError
 from rousseau.transports.base import Transport
 
@@ -93,6 +93,8 @@ class Router:
     )
     """Per agent whose workspace is not the one files arrive in: how a file is moved into
     its own (see media.move_to_workspace)."""
+    profiles: Mapping[str, ProfileStore] = field(default_factory=dict)
+    """Where each agent that keeps people's profiles keeps them (for /memory, /forget)."""
     daemon_state: DaemonStore | None = None
     """The inbox, outbox and chat map; None: DaemonState beside a SQLite `store`."""
     transport_state: Callable[[str], KeyValue] | None = None
@@ -153,6 +155,7 @@ class Router:
             running=self._turns.running,
             admission=self.admission,
             approvals=self.approvals,
+            profiles=self.profiles,
         )
         self._sharing: Sharing | None = None
         if self.shared is not None:
