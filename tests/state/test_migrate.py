@@ -18,6 +18,7 @@ from rousseau.messages import Inbound, Outbound
 from rousseau.state import Store
 from rousseau.state.daemon_state import DaemonState, TransportState
 from rousseau.state.sqlite_cron import SqliteCronJobs
+from rousseau.state.sqlite_profiles import SqliteProfiles
 from tests.helpers import ROUSSEAU
 from tests.postgres.server import Postgres
 
@@ -61,6 +62,9 @@ async def fill(store: Store) -> None:
     assert run is not None
     await jobs.finish(run, job, "ok", session_id="s1")
     await state.finish(None, [Outbound(transport="telegram", chat_id="42", text="waiting")])
+    profiles = SqliteProfiles(store)
+    done = await profiles.add_entry("default", "telegram:42", "counts capybaras", max_chars=99)
+    assert done == "done"
 
 
 def config_for(tmp_path: Path) -> Path:
@@ -72,7 +76,11 @@ def config_for(tmp_path: Path) -> Path:
 def migrate(config: Path, url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*ROUSSEAU, "--config", str(config), "migrate-state", "--to", url],
-        env={"PATH": os.environ["PATH"], "HOME": str(config.parent)},
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": str(config.parent),
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},  # a checkout's code
+        },
         capture_output=True,
         text=True,
         timeout=120,
@@ -83,6 +91,8 @@ async def check(url: str) -> None:
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_cron import PostgresCronJobs
     from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
+    from rousseau.state.postgres_profiles import PostgresProfiles
+    from rousseau.tools.memory import ProfileSection
 
     store = await PostgresStore.open(url)
     state = PostgresDaemonState(store)
@@ -108,6 +118,13 @@ async def check(url: str) -> None:
     assert [r.message.text for r in await state.due("telegram")] == ["waiting"]
     await store.append_message("s1", Message.user("and after the move"))  # ids go on
     assert len((await store.load("s1") or session).messages) == 3
+    profiles = PostgresProfiles(store)
+    [entry] = await profiles.entries()
+    assert (entry.agent, entry.person, entry.text) == ("default", "telegram:42", "counts capybaras")
+    shown = await ProfileSection(profiles, agent="default").of("telegram:42")
+    assert shown.endswith("] counts capybaras")  # the profile reaches the prompt as before
+    assert await profiles.add_entry("default", "telegram:42", "and more", max_chars=99) == "done"
+    assert [e.id for e in await profiles.entries()] == [entry.id, entry.id + 1]  # ids go on
     await store.aclose()
 
 
@@ -120,6 +137,7 @@ def test_a_sqlite_store_moves_into_postgresql_whole(tmp_path: Path, postgres: Po
     done = migrate(config, url)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "messages                  2           2" in done.stdout, done.stdout
+    assert f"{'profile_entries':<18}{1:>9}{1:>12}\n" in done.stdout, done.stdout
     assert "DIFFERENT" not in done.stdout and url not in done.stdout + done.stderr
     anyio.run(check, url)
     again = migrate(config, url)  # into a store that is not empty: refused, nothing touched
