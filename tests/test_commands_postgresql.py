@@ -145,6 +145,36 @@ def test_send_delivers_through_the_shared_outbox(owner: Owner, telegram: FakeTel
     ]
 
 
+def remembering(recorded: Recorded) -> Reply:
+    """'remember X' calls the memory tool; a tool's result is said back; else the system
+    prompt the model was given."""
+    messages = recorded.body["messages"]
+    last = messages[-1]
+    if last["role"] == "tool":
+        return openai_stream(openai_completion(f"tool: {last['content']}"))
+    if last["content"].startswith("remember "):
+        fact = last["content"].removeprefix("remember ")
+        return openai_stream(openai_completion(None, [("memory", {"action": "add", "text": fact})]))
+    return openai_stream(openai_completion(f"system: {messages[0]['content']}"))
+
+
+def test_the_terminal_persons_profile_is_kept_in_postgresql(
+    owner: Owner, fake_llm: FakeLLMServer
+) -> None:
+    """The person at the terminal has a profile like anyone: kept in the shared store, shown
+    in their next chat, listed by `memory show local`."""
+    fake_llm.responder = remembering
+    kept = owner.run("chat", "-m", "remember the owner waters the plants on Sundays")
+    assert "added: the owner waters the plants on Sundays" in kept.stdout, kept.stdout
+    assert owner.rows("SELECT agent, person, text FROM profile_entries") == [
+        ("default", "local", "the owner waters the plants on Sundays")
+    ]
+    later = owner.run("chat", "-m", "what do you know?").stdout  # a new session
+    assert "] the owner waters the plants on Sundays" in later, later
+    shown = owner.run("memory", "show", "local").stdout
+    assert shown.startswith("local (agent default): 1 entry") and "plants" in shown
+
+
 def test_import_go_copies_into_postgresql(owner: Owner) -> None:
     """Sessions, the WhatsApp chat's binding and the cron jobs land in the shared store; a
     second run finds them there."""

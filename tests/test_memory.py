@@ -257,3 +257,62 @@ async def test_no_flush_where_no_one_would_read_the_profile(tmp_path: Path) -> N
 
 def _fields(inbound: Inbound) -> dict[str, Any]:
     return {name: getattr(inbound, name) for name in inbound.__dataclass_fields__}
+
+
+def rousseau(tmp: Path, *args: str) -> tuple[int, str, str]:
+    """The `rousseau` command on the state in `tmp`, as a user runs it."""
+    import subprocess
+
+    done = subprocess.run(
+        [*ROUSSEAU, *args],
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp),
+            "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
+            **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},  # a checkout's code
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_the_owner_sees_and_exports_every_profile(tmp_path: Path) -> None:
+    async def fill() -> None:
+        with Store(tmp_path / "s.db") as store:
+            profiles = SqliteProfiles(store)
+            for agent, person, text in [
+                ("default", "telegram:42", "keeps bees"),
+                ("default", "telegram:42", "lives in Lyon"),
+                ("default", "telegram:43", "has a cat"),
+                ("work", "telegram:42", "runs billing"),
+            ]:
+                assert await profiles.add_entry(agent, person, text, max_chars=99) == "done"
+
+    anyio.run(fill)
+    code, out, err = rousseau(tmp_path, "memory", "show")
+    assert code == 0, err
+    blocks = out.split("\n\n")
+    assert blocks[0].splitlines()[0] == "telegram:42 (agent default): 2 entries, 23 characters"
+    assert blocks[0].splitlines()[1].startswith("  1. [")
+    assert blocks[0].splitlines()[2].endswith("] lives in Lyon")
+    assert [b.splitlines()[0] for b in blocks[1:]] == [
+        "telegram:43 (agent default): 1 entry, 9 characters",
+        "telegram:42 (agent work): 1 entry, 12 characters",
+    ]
+    code, out, _ = rousseau(tmp_path, "memory", "show", "--agent", "work")
+    assert out.startswith("telegram:42 (agent work)") and "bees" not in out
+    code, out, _ = rousseau(tmp_path, "memory", "show", "telegram:43")
+    assert "has a cat" in out and "bees" not in out and "billing" not in out
+    code, out, _ = rousseau(tmp_path, "memory", "show", "telegram:44")
+    assert (code, out) == (0, "no profiles of telegram:44 kept\n")
+    code, out, err = rousseau(tmp_path, "memory", "export", "--agent", "default")
+    assert code == 0, err
+    exported = json.loads(out)["profiles"]
+    assert [(p["person"], [e["text"] for e in p["entries"]]) for p in exported] == [
+        ("telegram:42", ["keeps bees", "lives in Lyon"]),
+        ("telegram:43", ["has a cat"]),
+    ]
+    assert all(p["agent"] == "default" for p in exported)
+    assert exported[0]["entries"][0]["created_at"] > 0

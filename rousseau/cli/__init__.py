@@ -103,6 +103,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     audit.set_defaults(func="audit:audit")
 
+    memory = sub.add_parser("memory", help="what each agent keeps about each person")
+    msub = memory.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for verb, helptext in (
+        ("show", "the profiles, each entry numbered as /memory numbers it"),
+        ("export", "the profiles as JSON on stdout"),
+    ):
+        one = msub.add_parser(verb, help=helptext)
+        one.add_argument(
+            "--agent", metavar="NAME", help="only this agent's profiles (default: every agent's)"
+        )
+        one.add_argument(
+            "person",
+            nargs="?",
+            metavar="PERSON",
+            help="only this person's profile: transport:sender_id, or local for the terminal's"
+            " person (default: everyone's)",
+        )
+        one.set_defaults(func=f"memory:{verb}")
+
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
     ksub = skills.add_subparsers(dest="action", metavar="ACTION", required=True)
     ksub.add_parser("list", help="each skill, its triggers and description").set_defaults(
