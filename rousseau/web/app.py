@@ -74,9 +74,9 @@ def build(face: Face) -> Starlette:
         Route("/metrics", metrics),
     ]
     if face.config is not None:
-        from rousseau.web import api, dashboard, login
+        from rousseau.web import api, dashboard, login, memory
 
-        routes += login.routes() + dashboard.routes() + api.routes()
+        routes += login.routes() + dashboard.routes() + memory.routes() + api.routes()
         routes.append(Route("/favicon.ico", favicon))
         face.conversations = face.conversations or api.Conversations()
         routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))

@@ -34,8 +34,9 @@ PROXY = "127.0.0.8"
 
 
 def model(recorded: Recorded) -> Reply:
-    """'use bash X' calls bash with `echo X` (then says what came back); 'slowly' writes
-    forty words at 20 a second; anything else is echoed with what the model was shown."""
+    """'use bash X' calls bash with `echo X` and 'remember X' keeps X in the profile (then
+    says what came back); 'slowly' writes forty words at 20 a second; anything else is
+    echoed with what the model was shown."""
     messages = recorded.body["messages"]
     last = messages[-1]
     if last["role"] == "tool":
@@ -46,6 +47,10 @@ def model(recorded: Recorded) -> Reply:
     found = re.search(r"use bash (.+)", text)
     if found:
         return openai_stream(openai_completion(None, [("bash", {"command": found.group(1)})]))
+    found = re.search(r"^remember (.+)", text)
+    if found:
+        fact = {"action": "add", "text": found.group(1)}
+        return openai_stream(openai_completion(None, [("memory", fact)]))
     if "slowly" in text:
         words = " ".join(f"word{i}" for i in range(40))
         reply = openai_stream(openai_completion(words), chunk=6)
@@ -111,7 +116,7 @@ class WebDaemon:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WebDaemon:
-        env = {"PATH": os.environ["PATH"], "HOME": str(self.tmp)}
+        env = self.env()
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [*ROUSSEAU, "--config", str(self.config), "run"],
@@ -141,8 +146,16 @@ class WebDaemon:
                 self.proc.kill()
                 self.proc.wait()
 
-    def rousseau(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    def env(self) -> dict[str, str]:
+        """The command's environment: a home of its own (and a checkout's code, if that is
+        what runs the tests)."""
         env = {"PATH": os.environ["PATH"], "HOME": str(self.tmp)}
+        if "PYTHONPATH" in os.environ:
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        return env
+
+    def rousseau(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = self.env()
         return subprocess.run(
             [*ROUSSEAU, "--config", str(self.config), *args],
             env=env,

@@ -44,3 +44,29 @@ def test_what_strangers_write_is_shown_escaped(web_daemon: WebDaemon) -> None:
     with web_daemon.logged_in() as client:
         found = client.get("/sessions", params={"q": "alert"}).text
         assert "<script>alert" not in found and "&lt;script&gt;alert" in found
+
+
+def test_every_profile_is_shown_escaped_and_its_entries_deleted(web_daemon: WebDaemon) -> None:
+    telegram = web_daemon.telegram
+    before = len(telegram.sent)
+    telegram.push("remember <b>keeps</b> bees on the roof")
+    [said] = telegram.wait_sent(before + 1)[before:]
+    assert "the tool said: added: <b>keeps</b> bees on the roof" in said.text
+    with web_daemon.logged_in() as client:
+        page = client.get("/memory").text
+        row = re.search(r'<tr data-entry="(\d+)">(.*?)</tr>', page, re.S)
+        assert row is not None, page
+        entry, cells = row.groups()
+        assert f'<td data-label="Person">telegram:{OWNER_CHAT}</td>' in cells
+        assert '<td data-label="Agent">default</td>' in cells
+        assert '<td data-label="#">1</td>' in cells
+        assert "&lt;b&gt;keeps&lt;/b&gt; bees on the roof" in cells and "<b>" not in cells
+        other = client.get("/memory", params={"person": "telegram:9"}).text
+        assert "data-entry" not in other and "No profiles kept that match." in other
+        refused = client.post(f"/memory/{entry}/delete")  # no CSRF token: nothing happens
+        assert refused.status_code == 403 and "bees" in client.get("/memory").text
+        deleted = client.post(f"/memory/{entry}/delete", data={"csrf": client.csrf})
+        assert deleted.status_code == 303 and "deleted" in deleted.headers["location"]
+        assert "bees" not in client.get("/memory").text
+    telegram.push("/memory")
+    assert telegram.wait_sent(before + 2)[-1].text == "I keep nothing about you yet."

@@ -29,18 +29,23 @@ STRANGER = 778
 NOTES = 12
 """Web chat messages sent before the tests: a history taller than either window."""
 
-PAGES = ["", "sessions", "session", "approvals", "pairings", "cron", "audit", "usage", "chat"]
+PAGES = [
+    *("", "sessions", "session", "memory", "approvals", "pairings", "cron", "audit", "usage"),
+    "chat",
+]
 """The owner's pages ("" is the overview; "session" is one conversation with a tool call)."""
 
 
 @pytest.fixture(scope="module")
 def seeded(web_daemon: WebDaemon) -> dict[str, str]:
     """Something on every page: Telegram sessions with a tool call run and one waiting for
-    approval, a stranger's pairing code, a cron job, a long web chat. Returns the paths of
-    the owner's pages by name."""
+    approval, a profile entry, a stranger's pairing code, a cron job, a long web chat.
+    Returns the paths of the owner's pages by name."""
     telegram = web_daemon.telegram
     telegram.push("use bash echo hello from a phone")
     assert wait_until(lambda: any(s.text.startswith("the tool said") for s in telegram.sent), 20)
+    telegram.push("remember likes the layout of this page to be tidy on a phone")
+    assert wait_until(lambda: any("added: likes the layout" in s.text for s in telegram.sent), 20)
     telegram.push("hello?", chat_id=STRANGER, user_id=STRANGER)
     assert wait_until(lambda: any(s.chat_id == STRANGER for s in telegram.sent), 20)
     with web_daemon.logged_in() as client:
@@ -182,7 +187,7 @@ def test_on_a_phone_each_table_row_is_a_card_whose_cells_name_their_column(
 ) -> None:
     phone = window(browser, web_daemon, PHONE, owner)
     desktop = window(browser, web_daemon, DESKTOP, owner)
-    for name in ("", "sessions", "pairings", "cron", "audit", "usage"):
+    for name in ("", "sessions", "memory", "pairings", "cron", "audit", "usage"):
         for opened in (phone, desktop):
             opened.goto(seeded[name])
         cells = phone.evaluate(LABELS)

@@ -42,7 +42,7 @@ def test_the_route_list_is_whole() -> None:
     paths = {p for _, p in ROUTES}
     for expected in ("/", "/approvals", "/pairings", "/sessions", "/cron", "/audit", "/usage",
                      "/chat", "/chat/send", "/chat/events", "/live", "/v1/models",
-                     "/v1/chat/completions", "/cron/add"):  # fmt: skip
+                     "/v1/chat/completions", "/cron/add", "/memory"):  # fmt: skip
         assert expected in paths
 
 
