@@ -14,6 +14,7 @@ save what should outlive the summary.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
@@ -143,6 +144,7 @@ class MemoryTool(Tool):
         return await self._after(person, written, f"replaced: {found.text} -> {text}")
 
     async def _after(self, person: str, written: ProfileWrite, done: str) -> ToolOutput:
+        self.section.changed(person)
         entries = await self.entries(person)
         size = f"{used(entries):,} of {self.max_chars:,} characters"
         if written == "full":
@@ -185,17 +187,42 @@ def _find(entries: list[ProfileEntry], old: str) -> ProfileEntry | str:
 
 class ProfileSection:
     """A ProfileProvider: the profile of the person the turn answers, for the system prompt
-    (nothing for nobody, or for an empty profile)."""
+    (nothing for nobody, or for an empty profile).
 
-    def __init__(self, profiles: ProfileStore, *, agent: str) -> None:
+    The loop asks at every model call of a turn: the profile is read once per turn (per
+    user message) and again only after this agent's memory tool wrote to it. What changes
+    it from elsewhere (/forget, the dashboard, another daemon) comes between turns."""
+
+    def __init__(self, profiles: ProfileStore, *, agent: str, cache: int = 256) -> None:
         self.profiles = profiles
         self.agent = agent
+        self._cache: OrderedDict[tuple[str, str], tuple[Message, str]] = OrderedDict()
+        """Per person and session: the user message whose turn read the profile (held, so
+        no later message can be taken for it), and what was shown."""
+        self._cache_size = cache
 
     async def appendix(self, session: Session) -> str:
         person = person_of_turn()
         if person is None:
             return ""
-        return await self.of(person)
+        asked = next((m for m in reversed(session.messages) if m.starts_turn), None)
+        key = (person, session.id)
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is asked:
+            self._cache.move_to_end(key)
+            return cached[1]
+        shown = await self.of(person)
+        if asked is not None:
+            self._cache[key] = (asked, shown)
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return shown
+
+    def changed(self, person: str) -> None:
+        """The person's profile was written to: read it again at the next call."""
+        for key in [k for k in self._cache if k[0] == person]:
+            del self._cache[key]
 
     async def of(self, person: str) -> str:
         entries = await self.profiles.entries(agent=self.agent, person=person)

@@ -147,3 +147,41 @@ async def test_an_empty_profile_adds_nothing_to_the_prompt(profiles: SqliteProfi
         shown = await tool.section.appendix(Session(id="s"))
     [line] = shown.splitlines()[1:]
     assert line.startswith("- [20") and line.endswith("] likes tea")  # dated
+
+
+class Counting(SqliteProfiles):
+    """Profiles that count how often they were read."""
+
+    reads = 0
+
+    async def entries(self, *, agent: str | None = None, person: str | None = None) -> Any:
+        self.reads += 1
+        return await super().entries(agent=agent, person=person)
+
+
+async def test_a_turn_reads_the_profile_once_unless_it_writes_to_it() -> None:
+    """The loop asks at every model call; the store is asked once a turn, and again after
+    the memory tool changed the profile."""
+    from rousseau.agent import Message
+
+    store = Store(":memory:")
+    profiles = Counting(store)
+    tool = MemoryTool(profiles, agent="default", max_chars=2000)
+    session = Session(id="s", messages=[Message.user("hello")])
+    with answering(inbound("42")):
+        await call(tool, action="add", text="likes tea")
+        profiles.reads = 0
+        for _ in range(5):  # five model calls of one turn
+            assert "likes tea" in await tool.section.appendix(session)
+        assert profiles.reads == 1
+        await call(tool, action="add", text="lives in Lyon")  # a tool call of this turn
+        profiles.reads = 0
+        assert "lives in Lyon" in await tool.section.appendix(session)
+        await tool.section.appendix(session)
+        assert profiles.reads == 1
+        # changed elsewhere (/forget, the dashboard): the next turn sees it
+        [tea, _] = await profiles.entries(agent="default", person="telegram:42")
+        await profiles.remove_entry(tea.id)
+        session.messages += [Message.assistant("hi"), Message.user("hello")]
+        assert "likes tea" not in await tool.section.appendix(session)
+    store.close()
