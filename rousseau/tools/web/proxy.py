@@ -153,13 +153,8 @@ class CheckingProxy:
             await _answer(client, 400, f"CONNECT to {target[:100]!r}: no host:port")
             return
         host, port = host.strip("[]"), int(port_text)
-        try:
-            upstream = await self._open(host, port)
-        except OSError as exc:
-            await _answer(client, 502, str(exc))
-            return
+        upstream = await self._upstream(client, host, port)
         if upstream is None:
-            await _answer(client, 403, f"refused: {self.refusal(host, port)}")
             return
         async with upstream:
             await client.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -167,6 +162,18 @@ class CheckingProxy:
                 async with anyio.create_task_group() as both:
                     both.start_soon(carrier.pump, reader, upstream)
                     both.start_soon(carrier.pump, upstream, client)
+
+    async def _upstream(self, client: SocketStream, host: str, port: int) -> SocketStream | None:
+        """A connection to a checked address of `host`; None once the browser was answered
+        why there is none (refused: 403, unreachable: 502)."""
+        try:
+            upstream = await self._open(host, port)
+        except OSError as exc:
+            await _answer(client, 502, str(exc))
+            return None
+        if upstream is None:
+            await _answer(client, 403, f"refused: {self.refusal(host, port)}")
+        return upstream
 
     async def _forward(
         self,
@@ -187,13 +194,8 @@ class CheckingProxy:
         if not host:
             await _answer(client, 400, f"{target[:100]!r} names no host")
             return
-        try:
-            upstream = await self._open(host, port)
-        except OSError as exc:
-            await _answer(client, 502, str(exc))
-            return
+        upstream = await self._upstream(client, host, port)
         if upstream is None:
-            await _answer(client, 403, f"refused: {self.refusal(host, port)}")
             return
         path = parts.path or "/"
         if parts.query:
