@@ -24,7 +24,6 @@ import itertools
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.daemon import DaemonDied, Process  # noqa: E402
 from tests.fakes.llm import (  # noqa: E402
     FakeLLMServer,
     JSONReply,
@@ -57,7 +57,6 @@ TURNS_EACH = 2
 """Turns each daemon runs at once (max_concurrent_turns)."""
 FIRST_CHAT = 1000
 TARGET_SPEEDUP = 2.5
-TICK = os.sysconf("SC_CLK_TCK")
 IDLE = 0.05
 """A daemon whose CPU use stays under this share of a core for a second has started (its
 model SDK, imported on a thread after it takes messages, costs a second or more)."""
@@ -83,7 +82,7 @@ def model(delay: float) -> Callable[[Recorded], Reply]:
     return answer
 
 
-class Member:
+class Member(Process):
     """One `rousseau run` of this checkout, with a folder of its own (lock, workspace, log)
     and its health server, whose /metrics counts its turns."""
 
@@ -97,33 +96,14 @@ class Member:
             "agent": {"workspace": str(self.folder / "ws")},
             "health": {"listen": f"127.0.0.1:{self.port}"},
         }
-        self.config = self.folder / "config.yaml"
-        self.config.write_text(json.dumps(own))
-        self.config.chmod(0o600)
-        self.log = self.folder / "daemon.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        path = self.folder / "config.yaml"
+        path.write_text(json.dumps(own))
+        path.chmod(0o600)
+        super().__init__(path, self.folder / "daemon.log", grace=30.0)
 
-    def start(self) -> Member:
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(self.folder),
-            "PYTHONPATH": str(ROOT),  # this checkout's code, whatever is installed
-        }
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rousseau", "--config", str(self.config), "run"],
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
+    def start(self) -> Member:  # type: ignore[override]
+        super().start()
         return self
-
-    def check(self) -> None:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise Failed(f"{self.folder.name} exited with status {self.proc.returncode}")
 
     def turns(self) -> int:
         """Turns this daemon ran, as its /metrics says."""
@@ -134,13 +114,6 @@ class Member:
                     return int(float(line.split()[-1]))
         return 0
 
-    def cpu_seconds(self) -> float:
-        """User and system time it used so far (Linux's /proc)."""
-        self.check()
-        assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-
     def ready(self) -> bool:
         """Its server answers (/healthz would say 503 on a daemon not elected to poll)."""
         try:
@@ -148,20 +121,6 @@ class Member:
                 return True
         except OSError:
             return False
-
-    def tail(self, lines: int = 15) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 class Answers:
@@ -277,8 +236,8 @@ def run(
                 if any(at.get(a, 0) > at.get(b, 0) for a, b in itertools.pairwise(sent[chat]))
             ),
         )
-    except Failed as exc:
-        logs = "\n".join(f"--- {m.folder.name}\n{m.tail()}" for m in members)
+    except (Failed, DaemonDied) as exc:
+        logs = "\n".join(f"--- {m.folder.name}\n{m.tail(15)}" for m in members)
         raise Failed(f"{daemons} daemon(s): {exc}\n{logs}") from exc
     finally:
         for member in members:
@@ -333,7 +292,7 @@ def main() -> None:
                 run(postgres, llm, Path(tmp), n, args.chats, args.each)
                 for n in range(1, args.daemons + 1)
             ]
-    except Failed as exc:
+    except (Failed, DaemonDied) as exc:
         print(exc, file=sys.stderr)
         sys.exit(1)
     finally:

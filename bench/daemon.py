@@ -86,30 +86,15 @@ class Model:
         return Sleep(self.delay, reply) if self.delay else reply
 
 
-class Daemon:
-    """`rousseau run` against the fakes, its state and log in `tmp`."""
+class Process:
+    """`rousseau run` of this checkout (`-m rousseau` from its root) on `config`, its log in
+    `log`: what every bench that runs daemons needs of one."""
 
-    def __init__(self, tmp: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> None:
-        chats = [LATENCY_CHAT, *BURST_CHATS, *LOOP_CHATS]
-        self.config = tmp / "config.yaml"
-        self.config.write_text(
-            json.dumps(
-                {
-                    "provider": "openai",
-                    "openai": {"api_key": "sk-bench", "base_url": llm.url + "/v1"},
-                    "telegram": {
-                        "token": telegram.token,
-                        "base_url": telegram.url,
-                        "allowlist": chats,
-                    },
-                    "state": {"path": str(tmp / "state.db")},
-                    "agent": {"workspace": str(tmp / "ws")},
-                    "ratelimit": {"default": "1000/1s"},
-                }
-            )
-        )
-        self.config.chmod(0o600)
-        self.log = tmp / "daemon.log"
+    def __init__(self, config: Path, log: Path, *, grace: float = 10.0) -> None:
+        self.config = config
+        self.log = log
+        self.grace = grace
+        """How long a stop waits after SIGTERM before it kills."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> float:
@@ -172,10 +157,36 @@ class Daemon:
             return
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=self.grace)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class Daemon(Process):
+    """`rousseau run` against the fakes, its state and log in `tmp`."""
+
+    def __init__(self, tmp: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> None:
+        chats = [LATENCY_CHAT, *BURST_CHATS, *LOOP_CHATS]
+        config = tmp / "config.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "provider": "openai",
+                    "openai": {"api_key": "sk-bench", "base_url": llm.url + "/v1"},
+                    "telegram": {
+                        "token": telegram.token,
+                        "base_url": telegram.url,
+                        "allowlist": chats,
+                    },
+                    "state": {"path": str(tmp / "state.db")},
+                    "agent": {"workspace": str(tmp / "ws")},
+                    "ratelimit": {"default": "1000/1s"},
+                }
+            )
+        )
+        config.chmod(0o600)
+        super().__init__(config, tmp / "daemon.log")
 
 
 class Replies:

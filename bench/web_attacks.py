@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import select
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +37,7 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.daemon import Daemon as TelegramDaemon  # noqa: E402
-from bench.daemon import DaemonDied, Model  # noqa: E402
+from bench.daemon import DaemonDied, Model, Process  # noqa: E402
 from tests.fakes.llm import FakeLLMServer  # noqa: E402
 from tests.helpers import free_port  # noqa: E402
 
@@ -56,16 +53,15 @@ PROBE_LIMIT = 2.0
 """Seconds a /healthz answer may take to count as answered (a load balancer's patience)."""
 
 
-class Daemon(TelegramDaemon):
-    """`rousseau run` with the web face and a health port (bench/daemon.py's, another config),
-    on this checkout's code."""
+class Daemon(Process):
+    """`rousseau run` of this checkout with the web face and a health port."""
 
     def __init__(self, tmp: Path, llm: FakeLLMServer) -> None:
         from argon2 import PasswordHasher
 
         self.web, self.health = free_port(), free_port()
-        self.config = tmp / "config.yaml"
-        self.config.write_text(
+        config = tmp / "config.yaml"
+        config.write_text(
             json.dumps(
                 {
                     "provider": "openai",
@@ -83,27 +79,8 @@ class Daemon(TelegramDaemon):
                 }
             )
         )
-        self.config.chmod(0o600)
-        self.log = tmp / "daemon.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> float:
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(self.config.parent),
-            "PYTHONPATH": str(ROOT),  # this checkout's code, whatever is installed
-        }
-        with self.log.open("ab") as log:
-            started = time.monotonic()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rousseau", "--config", str(self.config), "run"],
-                cwd=ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        return started
+        config.chmod(0o600)
+        super().__init__(config, tmp / "daemon.log")
 
     def wait_healthy(self) -> None:
         deadline = time.monotonic() + 30
