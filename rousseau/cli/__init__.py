@@ -442,7 +442,7 @@ def _ended(exc: BaseException) -> int:
     """One line for whatever ended a command, and its exit code; never a traceback."""
     from rousseau.agent.errors import ConfigError, RousseauError
 
-    cause = _first_cause(exc)
+    cause = common.first_cause(exc)
     if isinstance(cause, KeyboardInterrupt):
         return 130
     if isinstance(cause, BrokenPipeError):  # `rousseau status | head -1`: quiet, as cat is
@@ -456,20 +456,6 @@ def _ended(exc: BaseException) -> int:
         return 1
     common.fail(f"unexpected {type(cause).__name__}: {cause} (traceback in {_keep_traceback(exc)})")
     return 1
-
-
-def _first_cause(exc: BaseException) -> BaseException:
-    """The first error of an exception group that says most: ours first, then any other."""
-    if not isinstance(exc, BaseExceptionGroup):
-        return exc
-    leaves = [_first_cause(e) for e in exc.exceptions]
-    from rousseau.agent.errors import RousseauError
-
-    for wanted in (KeyboardInterrupt, RousseauError, BrokenPipeError):
-        for leaf in leaves:
-            if isinstance(leaf, wanted):
-                return leaf
-    return leaves[0]
 
 
 def _mute_stdout() -> None:

@@ -21,6 +21,20 @@ redactor: Redactor | None = None
 """Masks the loaded config's secrets (and token shapes) in what the CLI prints on failure."""
 
 
+def first_cause(exc: BaseException) -> BaseException:
+    """The first error of an exception group that says most: ours first, then any other."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves = [first_cause(e) for e in exc.exceptions]
+    from rousseau.agent.errors import RousseauError
+
+    for wanted in (KeyboardInterrupt, RousseauError, BrokenPipeError):
+        for leaf in leaves:
+            if isinstance(leaf, wanted):
+                return leaf
+    return leaves[0]
+
+
 def fail(message: str) -> None:
     """One line on stderr, secrets masked."""
     from rousseau.log import Redactor

@@ -12,9 +12,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rousseau.cli import common
 from rousseau.cli.common import fail
@@ -23,6 +24,9 @@ from rousseau.private import private_folder
 if TYPE_CHECKING:
     from rousseau.cli.init_platforms import Chosen
     from rousseau.config import Config
+    from rousseau.transports.base import Transport
+
+T = TypeVar("T")
 
 PROVIDERS: dict[str, tuple[str, str | None]] = {
     "anthropic": ("Claude through the Anthropic API", "ANTHROPIC_API_KEY"),
@@ -223,6 +227,28 @@ def token_given(args: argparse.Namespace) -> bool:
 def from_env(section: str, key: str) -> str:
     """A value this shell's environment gives the configuration (`ROUSSEAU_SECTION_KEY`)."""
     return os.environ.get(f"ROUSSEAU_{section}_{key}".upper(), "").strip()
+
+
+def call_transport(transport: Transport, call: Callable[[], Awaitable[T]]) -> T:
+    """One of the transport's calls, bounded; its connections closed after."""
+    import anyio
+
+    from rousseau.agent import RousseauError
+
+    async def run() -> T:
+        try:
+            with anyio.fail_after(CHECK_TIMEOUT):
+                return await call()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await transport.aclose()
+
+    try:
+        return anyio.run(run)
+    except TimeoutError:
+        raise Failed(f"{transport.name}: no answer within {CHECK_TIMEOUT:.0f} s") from None
+    except RousseauError as exc:
+        raise Failed(str(exc)) from None
 
 
 def missing_sdk(module: str, extra: str) -> str | None:

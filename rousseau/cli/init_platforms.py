@@ -8,15 +8,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
+from rousseau.cli.common import first_cause
 from rousseau.cli.init import (
-    CHECK_TIMEOUT,
     Answers,
     Failed,
+    call_transport,
     confirm,
     load_text,
     mask,
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from rousseau.messages import Inbound
     from rousseau.transports.base import Transport
 
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +361,7 @@ def _prove(args: argparse.Namespace, answers: Answers, chosen: Chosen, folder: P
     while True:
         try:
             transport = _transport(load_text(render(answers), folder), name)
-            who = _call(transport, transport.check)
+            who = call_transport(transport, transport.check)
             if name == "discord":
                 who += "\n" + _invite(transport)
         except Failed as exc:
@@ -381,7 +380,7 @@ def _invite(transport: Transport) -> str:
     from rousseau.transports.discord import DiscordTransport, invite_url
 
     assert isinstance(transport, DiscordTransport)
-    app = _call(transport, transport.application_id)
+    app = call_transport(transport, transport.application_id)
     return (
         "      Invite it to a server of yours (you DM it there), with the permissions it uses:\n"
         f"      {invite_url(app)}"
@@ -402,28 +401,6 @@ def _transport(config: Config, name: str) -> Transport:
         assert isinstance(transport, MatrixTransport)
         transport.may_invite = lambda sender: True
     return transport
-
-
-def _call(transport: Transport, call: Callable[[], Awaitable[T]]) -> T:
-    """One of the transport's calls, bounded; its connections closed after."""
-    import anyio
-
-    from rousseau.agent import RousseauError
-
-    async def run() -> T:
-        try:
-            with anyio.fail_after(CHECK_TIMEOUT):
-                return await call()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await transport.aclose()
-
-    try:
-        return anyio.run(run)
-    except TimeoutError:
-        raise Failed(f"{transport.name}: no answer within {CHECK_TIMEOUT:.0f} s") from None
-    except RousseauError as exc:
-        raise Failed(str(exc)) from None
 
 
 def _owner(
@@ -490,16 +467,7 @@ def _first_direct(transport: Transport, wait: float) -> Inbound | None:
     try:
         return anyio.run(listen)
     except (RousseauError, BaseExceptionGroup) as exc:
-        cause = _ours(exc)
-        if cause is None:
+        cause = first_cause(exc)
+        if not isinstance(cause, RousseauError):
             raise
         raise Failed(str(cause)) from None
-
-
-def _ours(exc: BaseException) -> BaseException | None:
-    """The first of rousseau's errors in `exc`, through task groups' exception groups."""
-    from rousseau.agent import RousseauError
-
-    if isinstance(exc, BaseExceptionGroup):
-        return next((c for e in exc.exceptions if (c := _ours(e)) is not None), None)
-    return exc if isinstance(exc, RousseauError) else None

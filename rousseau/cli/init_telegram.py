@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rousseau.cli.init import (
-    CHECK_TIMEOUT,
     Answers,
     Failed,
+    call_transport,
     confirm,
     load_text,
     mask,
@@ -80,22 +80,8 @@ def _bot(config: Config) -> TelegramTransport:
 
 
 def _check_telegram(config: Config) -> str:
-    import anyio
-
-    from rousseau.agent import RousseauError
-
     transport = _bot(config)
-
-    async def check() -> str:
-        with anyio.fail_after(CHECK_TIMEOUT):
-            return await transport.check()
-
-    try:
-        return anyio.run(check)
-    except TimeoutError:
-        raise Failed(f"telegram: no answer within {CHECK_TIMEOUT:.0f} s") from None
-    except RousseauError as exc:
-        raise Failed(str(exc)) from None
+    return call_transport(transport, transport.check)
 
 
 def _owner(config: Config, wait: float) -> str:
