@@ -186,7 +186,11 @@ class Daemon:
                 async with anyio.create_task_group() as stopping:
                     for transport in self.transports.values():
                         stopping.start_soon(_quietly, transport.stop)
-            await router.drain(self.config.shutdown_grace)
+            grace = self.config.shutdown_grace
+            deadline = anyio.current_time() + grace
+            with anyio.move_on_after(grace):  # a cron run's reply is queued like a turn's
+                await parts.scheduler.settle()
+            await router.drain(max(0.0, deadline - anyio.current_time()))
             tg.cancel_scope.cancel()
 
     def stop(self) -> None:

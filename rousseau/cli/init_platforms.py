@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from rousseau.transports.base import Transport
 
 
-
 @dataclass(frozen=True, slots=True)
 class Ask:
     """One key of the platform's section, asked at the terminal (or, with --yes, read from

@@ -123,6 +123,12 @@ class Scheduler:
     _schedules: dict[tuple[int, float], Schedule] = field(default_factory=dict)
     _running: set[int] = field(default_factory=set)
     _wake: anyio.Event = field(default_factory=anyio.Event)
+    _ticking: bool = False
+    _settling: bool = False
+    _active: int = 0
+    """Runs claimed and not yet finished: `settle` waits for them."""
+    _calmer: anyio.Event = field(default_factory=anyio.Event)
+    """Set when a tick or a run ends."""
 
     def __post_init__(self) -> None:
         if not self.grace:
@@ -132,17 +138,29 @@ class Scheduler:
         """Re-read the table now (a job was added or changed in this process)."""
         self._wake.set()
 
+    async def settle(self) -> None:
+        """Start no more runs; return once the running ones have finished and queued their
+        replies (the daemon's stop, before it delivers what is queued)."""
+        self._settling = True
+        while self._ticking or self._active:
+            self._calmer = anyio.Event()
+            await self._calmer.wait()
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             task_status.started()
             log.info("cron.started", poll_interval=self.poll_interval)
             while True:
                 self._wake = anyio.Event()
+                self._ticking = True
                 try:
-                    soonest = await self.tick(tg)
+                    soonest = None if self._settling else await self.tick(tg)
                 except Exception:  # a broken row or a busy store must not end cron
                     log.exception("cron.tick_failed")
                     soonest = None
+                finally:
+                    self._ticking = False
+                    self._calmer.set()
                 now = self.clock()
                 wait = self.poll_interval if soonest is None else soonest - now
                 with anyio.move_on_after(max(0.0, min(wait, self.poll_interval))):
@@ -169,6 +187,8 @@ class Scheduler:
         now = self.clock()
         upcoming: list[float | None] = []
         for job in await self.jobs.all():
+            if self._settling:  # the daemon is stopping: the next start runs what is due
+                break
             schedule = self._schedule(job) if job.enabled else None
             if schedule is None:
                 continue
@@ -216,6 +236,7 @@ class Scheduler:
         if run_it and run_id is None:
             log.info("cron.already_claimed", job=job.name, scheduled=latest)
         elif run_id is not None:
+            self._active += 1
             if tg is not None:
                 tg.start_soon(self._run, job, run_id, latest)
             else:
@@ -223,6 +244,13 @@ class Scheduler:
         return following
 
     async def _run(self, job: CronJob, run_id: int, scheduled_at: float) -> None:
+        try:
+            await self._run_claimed(job, run_id, scheduled_at)
+        finally:
+            self._active -= 1
+            self._calmer.set()
+
+    async def _run_claimed(self, job: CronJob, run_id: int, scheduled_at: float) -> None:
         if job.id in self._running:  # the previous run is still going: do not pile up
             await self.jobs.finish(run_id, job, "skipped", error="the previous run was still going")
             log.warning("cron.skipped", job=job.name, reason="previous run still going")

@@ -234,3 +234,42 @@ async def test_a_clock_set_back_recomputes_the_next_run(store: Store) -> None:
     assert len(outbox.sent) == 2
     (job,) = await SqliteCronJobs(store).all()
     assert job.next_run_at == T0 + 600
+
+
+async def test_settling_waits_for_the_running_turn_and_starts_no_more(store: Store) -> None:
+    """A daemon's stop: the run going on finishes and queues its reply before the daemon
+    delivers what is queued; nothing due after that is started (the next start runs it)."""
+    going, release = anyio.Event(), anyio.Event()
+
+    async def slow(request: Request) -> Response:
+        going.set()
+        await release.wait()
+        return text_reply("finished")
+
+    clock, outbox = Clock(), Outbox()
+    await add(store, "often", "@every 1m")
+    runner = CronRunner(agent=Agent(FunctionProvider(slow)), store=store, notify=outbox)
+    cron = Scheduler(jobs=SqliteCronJobs(store), runner=runner, poll_interval=0.05, clock=clock)
+    async with anyio.create_task_group() as tg:
+        await tg.start(cron.run)
+        clock.now = T0 + 60.1
+        cron.wake()
+        await going.wait()
+        settled = anyio.Event()
+
+        async def settle() -> None:
+            await cron.settle()
+            settled.set()
+
+        tg.start_soon(settle)
+        await anyio.sleep(0.2)
+        assert not settled.is_set()  # the run is still going
+        release.set()
+        with anyio.fail_after(5):
+            await settled.wait()
+        assert outbox.sent == [("telegram", "42", "finished")]
+        clock.now = T0 + 180.1  # two more times are due: a stopping daemon starts neither
+        cron.wake()
+        await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+    assert await statuses(store) == ["ok"]
