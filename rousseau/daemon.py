@@ -153,6 +153,8 @@ class Daemon:
                     tg.start_soon(close, "provider", each.aclose)
             if isinstance(transcriber := self._media.transcriber, SupportsAclose):
                 tg.start_soon(close, "transcriber", transcriber.aclose)
+            if parts is not None and parts.indexer is not None:
+                tg.start_soon(close, "embeddings", parts.indexer.embeddings.aclose)
             for tool in tools.values():
                 if isinstance(tool, SupportsAclose):
                     tg.start_soon(close, f"tool {tool.name}", tool.aclose)
@@ -173,6 +175,8 @@ class Daemon:
             for transport in self.transports.values():
                 tg.start_soon(self._serve_transport, transport, parts)
             tg.start_soon(self._sweep, router)
+            if parts.indexer is not None:
+                tg.start_soon(parts.indexer.run)
             for key, listener in listeners.items():
                 serve = parts.server(key, health=self.transport_states, errors=self.errors, tg=tg)
                 tg.start_soon(serve, listener)

@@ -94,6 +94,27 @@ def postgres() -> Iterator[Postgres]:
 
 
 @pytest.fixture(scope="session")
+def pgvector() -> Iterator[Postgres]:
+    """A real PostgreSQL with the pgvector extension for this test session: Debian's archive
+    has no pgvector package, so the binaries are pgserver's (a pip-installed PostgreSQL 16
+    built with it, in the dev extra)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pgserver")
+    folder = Path(spec.origin).parent / "pginstall" / "bin" if spec and spec.origin else None
+    if folder is None or not (folder / "pg_ctl").is_file():
+        unavailable("pgserver is not installed: pip install -e '.[dev]', as .ci/run does")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        unavailable("psycopg is not installed: pip install -e '.[postgres]'")
+    assert folder is not None
+    server = Postgres(folder).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def dovecot() -> Iterator[Dovecot]:
     binary = dovecot_binary()
     if binary is None:

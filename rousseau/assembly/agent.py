@@ -43,6 +43,8 @@ from rousseau.tools.hardening import make_undumpable
 
 if TYPE_CHECKING:
     from rousseau.metrics import Metrics
+    from rousseau.state.backend import Backend
+    from rousseau.state.hybrid import Indexer, VectorRecall
     from rousseau.tools.memory import MemoryTool
 
 log = structlog.get_logger("rousseau.assembly")
@@ -172,6 +174,27 @@ def build_compressor(config: Config, provider: Provider, flush: Flush | None = N
     )
 
 
+async def hybrid_recall(config: Config, backend: Backend) -> tuple[VectorRecall, Indexer] | None:
+    """With `embeddings` (and vectors the store can keep): a turn's recall by meaning, and the
+    indexer embedding every message in the background. Without the vector extension the
+    store lacks, keyword recall alone, said once."""
+    section = config.embeddings
+    if section is None or backend.vectors is None:
+        return None
+    why = await backend.vectors.unavailable()
+    if why is not None:
+        log.warning("embeddings.unavailable", reason=why, recall="keywords only")
+        return None
+    from rousseau.providers.embeddings import Embeddings
+    from rousseau.state.hybrid import Indexer, VectorRecall
+
+    embeddings = Embeddings(section)
+    return (
+        VectorRecall(vectors=backend.vectors, embeddings=embeddings),
+        Indexer(vectors=backend.vectors, embeddings=embeddings, batch_size=section.batch_size),
+    )
+
+
 def build_agent(
     config: Config,
     provider: Provider,
@@ -183,10 +206,12 @@ def build_agent(
     name: str = DEFAULT_AGENT,
     profiles: ProfileStore | None = None,
     metrics: Metrics | None = None,
+    meaning: VectorRecall | None = None,
 ) -> Agent:
     """The agent `config.agent` describes (see Config.for_agent for one of `agents:`),
     called `name`: its recall searches only its own sessions, and its memory (with
-    `profiles`) keeps its own profiles of people; `metrics` counts its memory flushes."""
+    `profiles`) keeps its own profiles of people; `metrics` counts its memory flushes;
+    `meaning` (with `embeddings`) makes its recall find by meaning too."""
     from rousseau.skills import Skills
     from rousseau.state.recall import SQLiteRecall
 
@@ -211,7 +236,7 @@ def build_agent(
         audit=store,
         skills=Skills(config.agent.skills_dir),
         recall=(
-            SQLiteRecall(store, recall.top_k, recall.scope, agent=name)
+            SQLiteRecall(store, recall.top_k, recall.scope, agent=name, meaning=meaning)
             if store is not None and recall.enabled
             else None
         ),

@@ -20,7 +20,7 @@ from rousseau.agent import Agent, Provider
 from rousseau.agent.approval import AskFn
 from rousseau.agents import routes_of, turn_limits
 from rousseau.approvals import ChatApprovals, load_shell_parser
-from rousseau.assembly.agent import build_agent, build_approver, build_registry
+from rousseau.assembly.agent import build_agent, build_approver, build_registry, hybrid_recall
 from rousseau.config import Config, parse_rate
 from rousseau.cron import CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import MCPConnection, mcp_tools
@@ -43,6 +43,8 @@ from rousseau.transports.unreadable import count_refused
 if TYPE_CHECKING:
     from anyio.abc import SocketStream, TaskGroup
     from anyio.streams.stapled import MultiListener
+
+    from rousseau.state.hybrid import Indexer, VectorRecall
 
 log = structlog.get_logger("rousseau.daemon")
 
@@ -74,6 +76,8 @@ class Parts:
     providers: list[Provider]
     """The providers made here (the default one and those of agents naming their own), to
     close at the end."""
+    indexer: Indexer | None = None
+    """With `embeddings`: what embeds every message in the background."""
 
     def tools_connected(self) -> AbstractAsyncContextManager[list[MCPConnection]]:
         """The configured MCP servers connected, their tools given to every agent, while
@@ -157,6 +161,8 @@ async def assemble(
     approvals = ChatApprovals(also=also) if needed else None
     if approvals is not None and backend.cluster is not None:
         approvals.relay = backend.cluster.approvals()  # answered on any daemon
+    hybrid = await hybrid_recall(config, backend)
+    meaning, indexer = hybrid if hybrid is not None else (None, None)
     agent = build_agent(
         default,
         provider,
@@ -165,10 +171,21 @@ async def assemble(
         ask=_ask(approvals, default),
         profiles=backend.profiles,
         metrics=metrics,
+        meaning=meaning,
     )
     registries = [registry]
     agents = _agents(
-        config, provider, name, backend, approvals, transports, media, registries, made, metrics
+        config,
+        provider,
+        name,
+        backend,
+        approvals,
+        transports,
+        media,
+        registries,
+        made,
+        metrics,
+        meaning,
     )
     router = build_router(
         default,
@@ -202,6 +219,7 @@ async def assemble(
         scheduler=scheduler,
         registries=registries,
         providers=made,
+        indexer=indexer,
     )
 
 
@@ -304,6 +322,7 @@ def _agents(
     registries: list[Registry],
     providers: list[Provider],
     metrics: Metrics,
+    meaning: VectorRecall | None,
 ) -> dict[str, Agent]:
     """The agents of `agents:` but the default, each with its own workspace, tools (added to
     `registries`), recall, memory, approver and owners to ask, and (where it names another
@@ -331,6 +350,7 @@ def _agents(
             name=name,
             profiles=backend.profiles,
             metrics=metrics,
+            meaning=meaning,
         )
     return agents
 

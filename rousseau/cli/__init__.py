@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
             " person (default: everyone's)",
         )
         one.set_defaults(func=f"memory:{verb}")
+    msub.add_parser(
+        "reindex",
+        help="embed the stored messages not yet embedded (with `embeddings` set), showing"
+        " progress; stopped, it resumes where it was",
+    ).set_defaults(func="memory:reindex")
 
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
     ksub = skills.add_subparsers(dest="action", metavar="ACTION", required=True)

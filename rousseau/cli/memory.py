@@ -10,10 +10,13 @@ import sys
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from rousseau.cli.common import on_state
+from rousseau.cli.common import fail, load, on_state
 
 if TYPE_CHECKING:
+    from rousseau.state.backend import Backend
     from rousseau.state.records import ProfileEntry
+
+BAR = 30
 
 
 def _entries(args: argparse.Namespace) -> list[ProfileEntry]:
@@ -65,3 +68,49 @@ def export(args: argparse.Namespace) -> int:
     json.dump({"profiles": profiles}, sys.stdout, ensure_ascii=False, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def reindex(args: argparse.Namespace) -> int:
+    """Embed what the background indexer has not yet, batch by batch, a progress line on
+    stderr; each batch is kept as it is done, so a stop (or a failure) loses none."""
+    config = load(args)
+    section = config.embeddings
+    if section is None:
+        fail("embeddings is not configured: set embeddings.base_url and embeddings.model")
+        return 2
+
+    async def run(backend: Backend) -> int:
+        import time
+
+        from rousseau.providers.embeddings import Embeddings
+        from rousseau.state.hybrid import Indexer
+
+        vectors = backend.vectors
+        assert vectors is not None  # open_backend makes them where embeddings is set
+        if (why := await vectors.unavailable()) is not None:
+            fail(why)
+            return 1
+        embeddings = Embeddings(section)
+        indexer = Indexer(vectors=vectors, embeddings=embeddings, batch_size=section.batch_size)
+        done, total = await vectors.progress(embeddings.model)
+        start, started = done, time.monotonic()
+        try:
+            while step := await indexer.step():
+                done = min(total, done + step)
+                _progress(done, total, (done - start) / (time.monotonic() - started))
+        finally:
+            await embeddings.aclose()
+        done, total = await vectors.progress(embeddings.model)
+        sys.stderr.write("\n" if done > start else "")
+        print(f"{done:,} of {total:,} messages embedded with {embeddings.model}")
+        return 0
+
+    return on_state(args, run, config)
+
+
+def _progress(done: int, total: int, rate: float) -> None:
+    share = done / total if total else 1.0
+    filled = round(BAR * share)
+    bar = "#" * filled + "-" * (BAR - filled)
+    sys.stderr.write(f"\r[{bar}] {done:,}/{total:,} {share:4.0%}  {rate:,.0f} messages/s")
+    sys.stderr.flush()

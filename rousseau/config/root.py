@@ -21,6 +21,7 @@ from rousseau.config.providers import (
 from rousseau.config.sections import (
     AgentConfig,
     CronConfig,
+    EmbeddingsConfig,
     HealthConfig,
     LogConfig,
     MCPServerConfig,
@@ -101,6 +102,9 @@ class Config(Section):
     """Limits on how fast each sender may send messages."""
     web_tools: WebToolsConfig = Field(default_factory=WebToolsConfig)
     """The tools that read the web: web_fetch, web_search, browser."""
+    embeddings: EmbeddingsConfig | None = None
+    """An embeddings endpoint: recall then finds what a message meant as well as the words it
+    shares (messages are embedded in the background); unset, recall is by keywords."""
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
     """External MCP servers by name, whose tools the agent may call as SERVER__TOOL."""
     health: HealthConfig | None = None

@@ -110,6 +110,33 @@ class MemoryConfig(Section):
     """The most characters one person's profile holds, all its entries together."""
 
 
+class EmbeddingsConfig(Section):
+    base_url: str
+    """An OpenAI-compatible API's address, whose /embeddings turns text into vectors: OpenAI
+    (https://api.openai.com/v1), Ollama (http://localhost:11434/v1), a local server."""
+    api_key: SecretStr | None = None
+    """Its key, if it asks for one."""
+    model: str
+    """The embedding model (e.g. text-embedding-3-small, nomic-embed-text). Naming another
+    later embeds the history again: vectors of two models do not mix."""
+    dimensions: int | None = Field(default=None, ge=1, le=16_000)
+    """The vectors' width, for models that can shorten theirs (OpenAI's text-embedding-3);
+    unset, the model's own."""
+    batch_size: int = Field(default=64, ge=1, le=2048)
+    """Messages embedded in one request by the background indexer."""
+    timeout: Duration = 30.0
+    """The longest one request may take (a turn's recall waits at most 5 s of it, then
+    recalls by keywords alone)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// address")
+        return value
+
+
 class AgentConfig(Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     """The instructions the model is given on every turn."""

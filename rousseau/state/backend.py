@@ -12,12 +12,19 @@ import anyio
 
 from rousseau.config import Config
 from rousseau.state.daemon_state import DaemonState, TransportState
-from rousseau.state.protocol import DaemonStore, JobStore, ProfileStore, SessionStore
+from rousseau.state.protocol import (
+    DaemonStore,
+    JobStore,
+    ProfileStore,
+    SessionStore,
+    VectorStore,
+)
 from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.state.store import Store
 
 if TYPE_CHECKING:
     from rousseau.messages import KeyValue
+    from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_daemon import PostgresDaemonState
 
 CLOSE_TIMEOUT = 5.0
@@ -37,6 +44,8 @@ class Backend:
     """What each agent keeps about each person it talks to."""
     cluster: PostgresDaemonState | None = None
     """Where several daemons share the state: this daemon's membership and claims."""
+    vectors: VectorStore | None = None
+    """The messages' embeddings, where `embeddings` is configured."""
 
     async def aclose(self) -> None:
         """A clean stop: this daemon's claims are freed for the others, then the store is
@@ -56,14 +65,22 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
     if config.state.url is None:
         from rousseau.state.sqlite_profiles import SqliteProfiles
 
+        vectors = None
+        if config.embeddings is not None:
+            from rousseau.state.sqlite_vectors import SqliteVectors, enable_sqlite_vec
+
+            enable_sqlite_vec()  # before the store's connections open; they then have it
         # Migrations and the wait for the WAL switch are blocking work: off the event loop.
         store = await anyio.to_thread.run_sync(Store, config.state.path)
+        if config.embeddings is not None:
+            vectors = SqliteVectors(store)
         return Backend(
             store=store,
             state=DaemonState(store),
             jobs=SqliteCronJobs(store),
             transport_state=functools.partial(TransportState, store),
             profiles=SqliteProfiles(store),
+            vectors=vectors,
         )
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_cron import PostgresCronJobs
@@ -81,4 +98,11 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
         transport_state=functools.partial(PostgresTransportState, pg),
         profiles=PostgresProfiles(pg),
         cluster=state if daemon else None,
+        vectors=_pg_vectors(pg) if config.embeddings is not None else None,
     )
+
+
+def _pg_vectors(pg: PostgresStore) -> VectorStore:
+    from rousseau.state.postgres_vectors import PostgresVectors
+
+    return PostgresVectors(pg)

@@ -363,6 +363,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX profile_entries_of ON profile_entries(agent, person, id)",
         ),
     ),
+    Migration(
+        21,
+        "embeddings: which model the message vectors are of, and how far they reach",
+        (
+            """CREATE TABLE vector_state (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                model TEXT NOT NULL,
+                dimensions INTEGER NOT NULL,
+                cursor INTEGER NOT NULL
+            )""",
+        ),
+    ),
 )
 
 

@@ -266,6 +266,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX profile_entries_of ON profile_entries (agent, person, id)",
         ),
     ),
+    Migration(
+        7,
+        "embeddings: which model the message vectors are of, and how far they reach",
+        (
+            """CREATE TABLE vector_state (
+                id INTEGER PRIMARY KEY CHECK (id = 1),
+                model TEXT NOT NULL,
+                dimensions INTEGER NOT NULL,
+                cursor BIGINT NOT NULL
+            )""",
+        ),
+    ),
 )
 
 
@@ -728,7 +740,8 @@ async def _found(
     """The best `limit` of the `ranked` best-ranked messages matching `match` (a tsquery)
     whose sessions pass `where`, with a snippet each."""
     cursor = await db.execute(
-        "SELECT m.session_id, m.role, m.created_at, ts_headline('simple', m.text, q, %s) FROM"
+        "SELECT m.id, m.session_id, m.role, m.created_at, ts_headline('simple', m.text, q, %s)"
+        " FROM"
         " (SELECT id, ts_rank(words, q) AS rank FROM messages, to_tsquery('simple', %s) q"
         "  WHERE words @@ q ORDER BY rank DESC, id DESC LIMIT %s) f"
         " JOIN messages m ON m.id = f.id JOIN sessions s ON s.id = m.session_id,"
@@ -737,6 +750,8 @@ async def _found(
         (SNIPPET, match, ranked, match, *args, limit),
     )
     return [
-        Recalled(session_id=sid, role=role, snippet=" ".join(snip.split()), created_at=at)
-        for sid, role, at, snip in await cursor.fetchall()
+        Recalled(
+            session_id=sid, role=role, snippet=" ".join(snip.split()), created_at=at, message_id=i
+        )
+        for i, sid, role, at, snip in await cursor.fetchall()
     ]

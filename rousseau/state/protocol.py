@@ -69,6 +69,8 @@ class Recalled:
     role: str
     snippet: str
     created_at: float
+    message_id: int = 0
+    """The message's own id (what recall's two rankings are fused by)."""
 
 
 class SessionStore(MessageLog, AuditLog, Protocol):
@@ -326,6 +328,47 @@ class ProfileStore(Protocol):
     ) -> ProfileEntry | None:
         """Delete an entry (only of that agent's profile of that person, where named);
         what was deleted, or None."""
+        ...
+
+
+class VectorStore(Protocol):
+    """The messages' embeddings, beside them in the same database (SqliteVectors with
+    sqlite-vec, PostgresVectors with pgvector), for recall by meaning. Vectors are of one
+    model at a time: naming another starts them again. A message's text is embedded once."""
+
+    async def unavailable(self) -> str | None:
+        """Why vectors cannot be kept here (the extension is missing), or None."""
+        ...
+
+    async def unembedded(self, model: str, limit: int) -> list[tuple[int, str]]:
+        """The oldest messages not yet embedded with `model`, (id, text), at most `limit`."""
+        ...
+
+    async def put(self, model: str, vectors: list[tuple[int, list[float]]]) -> None:
+        """Keep the vectors of these messages (replacing any), made by `model`; the messages
+        before the last of them count as done."""
+        ...
+
+    async def nearest(
+        self,
+        model: str,
+        vector: list[float],
+        limit: int,
+        *,
+        exclude: str | None = None,
+        scope_of: str | None = None,
+        agent: str | None = None,
+    ) -> list[Recalled]:
+        """The messages whose vectors are closest to `vector`, closest first, scoped as
+        `SessionStore.recall` is; none when the vectors are another model's."""
+        ...
+
+    async def progress(self, model: str) -> tuple[int, int]:
+        """How many messages with text are embedded with `model`, and how many there are."""
+        ...
+
+    async def prune(self) -> int:
+        """Drop the vectors of messages deleted since (a deleted session's); how many."""
         ...
 
 

@@ -12,11 +12,16 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+import anyio
 
 from rousseau.agent import Role, Session
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.protocol import Recalled, SessionStore
+
+if TYPE_CHECKING:
+    from rousseau.state.hybrid import VectorRecall
 
 Scope = Literal["sender", "all"]
 MAX_TERMS = 16
@@ -95,6 +100,33 @@ def rarest(counts: dict[str, int]) -> list[str]:
     return chosen
 
 
+def scope_where(
+    db: sqlite3.Connection, *, exclude: str | None, scope_of: str | None, agent: str | None
+) -> tuple[str, list[object]] | None:
+    """The conditions on sessions `s` that recall keeps to, or None when no session passes
+    them (a first conversation: nothing to rank, and recall runs on every turn)."""
+    where = ""
+    args: list[object] = []
+    if agent is not None:
+        where += " AND s.agent = ?"
+        args.append(agent)
+    if exclude is not None:
+        where += " AND s.id != ?"
+        args.append(exclude)
+    if scope_of is not None:
+        owner, chat = db.execute(
+            "SELECT owner, chat FROM sessions WHERE id = ?", (scope_of,)
+        ).fetchone() or (None, None)
+        if owner is None and chat is None:  # the local user's sessions
+            where += " AND s.owner IS NULL AND s.chat IS NULL"
+        else:
+            where += " AND (s.owner = ? OR s.chat = ?)"
+            args += [owner, chat]
+    if where and db.execute(f"SELECT 1 FROM sessions s WHERE 1 {where}", args).fetchone() is None:
+        return None
+    return where, args
+
+
 def search_op(
     query: str,
     limit: int,
@@ -108,28 +140,10 @@ def search_op(
     owner's (or chat's) sessions are the only ones searched; agent: only that agent's."""
 
     def op(db: sqlite3.Connection) -> list[Recalled]:
-        where = ""
-        args: list[object] = []
-        if agent is not None:
-            where += " AND s.agent = ?"
-            args.append(agent)
-        if exclude is not None:
-            where += " AND s.id != ?"
-            args.append(exclude)
-        if scope_of is not None:
-            owner, chat = db.execute(
-                "SELECT owner, chat FROM sessions WHERE id = ?", (scope_of,)
-            ).fetchone() or (None, None)
-            if owner is None and chat is None:  # the local user's sessions
-                where += " AND s.owner IS NULL AND s.chat IS NULL"
-            else:
-                where += " AND (s.owner = ? OR s.chat = ?)"
-                args += [owner, chat]
-        if (
-            where
-            and db.execute(f"SELECT 1 FROM sessions s WHERE 1 {where}", args).fetchone() is None
-        ):
-            return []  # a first conversation: nothing to rank (recall runs on every turn)
+        scoped = scope_where(db, exclude=exclude, scope_of=scope_of, agent=agent)
+        if scoped is None:
+            return []
+        where, args = scoped
         if recall:
             match = any_of(telling_words(db, words_of(query, recall=True)))
         else:
@@ -157,6 +171,7 @@ def search_op(
                     role=role,
                     snippet=" ".join(snip.split()),
                     created_at=created_at,
+                    message_id=row_id,
                 )
             )
         return found
@@ -184,23 +199,44 @@ class SQLiteRecall:
         cache: int = 256,
         *,
         agent: str = DEFAULT_AGENT,
+        meaning: VectorRecall | None = None,
     ) -> None:
         self.store = store
         self.agent = agent
         """Whose sessions are searched: one agent never recalls another's conversations."""
         self.top_k = top_k
         self.scope = scope
+        self.meaning = meaning
+        """With embeddings: recall by meaning too, fused with the keywords' ranking."""
         self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._cache_size = cache
 
     async def recall(self, session: Session, text: str) -> list[Recalled]:
-        return await self.store.recall(
-            text,
-            self.top_k,
-            exclude=session.id,
-            scope_of=session.id if self.scope == "sender" else None,
-            agent=self.agent,
-        )
+        scope_of = session.id if self.scope == "sender" else None
+        if self.meaning is None:
+            return await self.store.recall(
+                text, self.top_k, exclude=session.id, scope_of=scope_of, agent=self.agent
+            )
+        from rousseau.state.hybrid import fuse
+
+        wider = max(4 * self.top_k, 20)  # each ranking's best, for the fusion to choose from
+        found: dict[str, list[Recalled]] = {}
+        meaning = self.meaning
+
+        async def keywords() -> None:
+            found["keywords"] = await self.store.recall(
+                text, wider, exclude=session.id, scope_of=scope_of, agent=self.agent
+            )
+
+        async def vectors() -> None:
+            found["meaning"] = await meaning.nearest(
+                text, wider, exclude=session.id, scope_of=scope_of, agent=self.agent
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keywords)
+            tg.start_soon(vectors)
+        return fuse([found["keywords"], found["meaning"]], self.top_k)
 
     async def appendix(self, session: Session) -> str:
         text = last_user_text(session)

@@ -1,0 +1,187 @@
+"""The messages' embeddings in the SQLite store, in a sqlite-vec `vec0` table whose rowid is
+the message's id (exact nearest neighbours by cosine distance).
+
+The table is made when the first vectors arrive (its width is theirs); `vector_state` says
+whose model they are and up to which message they reach, so a backfill cut off resumes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import sqlite3
+from typing import TYPE_CHECKING
+
+from rousseau.state.protocol import Recalled
+from rousseau.state.recall import scope_where
+
+if TYPE_CHECKING:
+    from rousseau.state.store import Store
+
+NEAREST = 500  # the closest vectors then filtered by session and scope, as keyword recall's
+SNIPPET = 240  # characters of a message shown when only its meaning matched
+
+
+@functools.cache
+def enable_sqlite_vec() -> str | None:
+    """Make sqlite-vec part of every SQLite connection opened from now on; None, or why it
+    cannot be. Python's sqlite3 may be built without `enable_load_extension` (pyenv's and
+    others' are), so the extension is registered with SQLite's own sqlite3_auto_extension
+    in the library the sqlite3 module uses: no Python API does that."""
+    try:
+        import sqlite_vec
+    except ImportError:
+        from rousseau.agent.errors import install_command
+
+        return f"sqlite-vec is not installed: {install_command('embeddings')}"
+    try:
+        library = ctypes.CDLL(ctypes.util.find_library("sqlite3") or "libsqlite3.so.0")
+        extension = ctypes.CDLL(f"{sqlite_vec.loadable_path()}{_suffix()}")
+        library.sqlite3_auto_extension(ctypes.cast(extension.sqlite3_vec_init, ctypes.c_void_p))
+        with sqlite3.connect(":memory:") as probe:
+            probe.execute("SELECT vec_version()")
+    except (OSError, AttributeError, sqlite3.Error) as exc:
+        return f"sqlite-vec could not be loaded into this Python's SQLite: {exc}"
+    return None
+
+
+def _suffix() -> str:
+    import sys
+
+    return {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
+
+
+class SqliteVectors:
+    """A VectorStore in the SQLite store (see the module's note)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def unavailable(self) -> str | None:
+        why = enable_sqlite_vec()
+        if why is not None:
+            return why
+        try:
+            await self.store.call(lambda db: db.execute("SELECT vec_version()"))
+        except sqlite3.Error:  # the store was opened before sqlite-vec was made part of it
+            return "sqlite-vec was loaded after the store was opened"
+        return None
+
+    async def unembedded(self, model: str, limit: int) -> list[tuple[int, str]]:
+        def op(db: sqlite3.Connection) -> list[tuple[int, str]]:
+            state = _state(db)
+            cursor = state[2] if state is not None and state[0] == model else 0
+            rows = db.execute(
+                "SELECT id, text FROM messages WHERE id > ? AND text != '' ORDER BY id LIMIT ?",
+                (cursor, limit),
+            ).fetchall()
+            return [(int(i), str(t)) for i, t in rows]
+
+        return await self.store.call(op)
+
+    async def put(self, model: str, vectors: list[tuple[int, list[float]]]) -> None:
+        if not vectors:
+            return
+        from sqlite_vec import serialize_float32
+
+        width = len(vectors[0][1])
+
+        def op(db: sqlite3.Connection) -> None:
+            state = _state(db)
+            if state is None or state[:2] != (model, width):  # another model: start again
+                db.execute("DROP TABLE IF EXISTS message_vectors")
+                db.execute(
+                    "CREATE VIRTUAL TABLE message_vectors USING"
+                    f" vec0(embedding float[{width}] distance_metric=cosine)"
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO vector_state (id, model, dimensions, cursor)"
+                    " VALUES (1, ?, ?, 0)",
+                    (model, width),
+                )
+            ids = [i for i, _ in vectors]
+            # vec0 has no upsert; another process (a reindex beside the daemon) may have
+            # embedded some of them already
+            db.executemany("DELETE FROM message_vectors WHERE rowid = ?", [(i,) for i in ids])
+            db.executemany(
+                "INSERT INTO message_vectors (rowid, embedding) VALUES (?, ?)",
+                [(i, serialize_float32(v)) for i, v in vectors],
+            )
+            db.execute("UPDATE vector_state SET cursor = max(cursor, ?)", (max(ids),))
+
+        await self.store.call(op, write=True)
+
+    async def nearest(
+        self,
+        model: str,
+        vector: list[float],
+        limit: int,
+        *,
+        exclude: str | None = None,
+        scope_of: str | None = None,
+        agent: str | None = None,
+    ) -> list[Recalled]:
+        from sqlite_vec import serialize_float32
+
+        def op(db: sqlite3.Connection) -> list[Recalled]:
+            state = _state(db)
+            if state is None or state[:2] != (model, len(vector)):
+                return []
+            scoped = scope_where(db, exclude=exclude, scope_of=scope_of, agent=agent)
+            if scoped is None:
+                return []
+            where, args = scoped
+            rows = db.execute(
+                "SELECT m.id, m.session_id, m.role, m.created_at, m.text FROM"
+                " (SELECT rowid, distance FROM message_vectors WHERE embedding MATCH ?"
+                "  AND k = ?) v"
+                " JOIN messages m ON m.id = v.rowid JOIN sessions s ON s.id = m.session_id"
+                f" WHERE 1 {where} ORDER BY v.distance LIMIT ?",
+                (serialize_float32(vector), NEAREST, *args, limit),
+            ).fetchall()
+            return [
+                Recalled(
+                    session_id=sid, role=role, snippet=snippet(text), created_at=at, message_id=i
+                )
+                for i, sid, role, at, text in rows
+            ]
+
+        return await self.store.call(op)
+
+    async def progress(self, model: str) -> tuple[int, int]:
+        def op(db: sqlite3.Connection) -> tuple[int, int]:
+            (total,) = db.execute("SELECT count(*) FROM messages WHERE text != ''").fetchone()
+            state = _state(db)
+            if state is None or state[0] != model:
+                return 0, int(total)
+            (done,) = db.execute(
+                "SELECT count(*) FROM messages WHERE id <= ? AND text != ''", (state[2],)
+            ).fetchone()
+            return int(done), int(total)
+
+        return await self.store.call(op)
+
+    async def prune(self) -> int:
+        def op(db: sqlite3.Connection) -> int:
+            if _state(db) is None:
+                return 0
+            gone = db.execute(
+                "SELECT rowid FROM message_vectors WHERE rowid NOT IN (SELECT id FROM messages)"
+            ).fetchall()
+            db.executemany("DELETE FROM message_vectors WHERE rowid = ?", gone)
+            return len(gone)
+
+        return await self.store.call(op, write=True)
+
+
+def _state(db: sqlite3.Connection) -> tuple[str, int, int] | None:
+    """(model, dimensions, cursor) of the vectors kept, if any are."""
+    row = db.execute("SELECT model, dimensions, cursor FROM vector_state").fetchone()
+    return None if row is None else (str(row[0]), int(row[1]), int(row[2]))
+
+
+def snippet(text: str) -> str:
+    """A message as recall shows it when only its meaning matched: its start."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SNIPPET else flat[:SNIPPET].rsplit(" ", 1)[0] + " …"
