@@ -80,6 +80,7 @@ def doctor(args: argparse.Namespace) -> int:
     _doctor_access(config, report)
     _doctor_agents(config, report)
     _doctor_provider(config, report)
+    _doctor_embeddings(config, report)
     _doctor_transports(config, report)
     return 1 if report.failed else 0
 
@@ -320,6 +321,46 @@ def _doctor_postgres(config: Config, report: Report) -> None:
         report(True, "store", with_state(config, reach))
     except RousseauError as exc:
         report(False, "store", str(exc))
+
+
+def _doctor_embeddings(config: Config, report: Report) -> None:
+    """With `embeddings`: the store can keep vectors (sqlite-vec, pgvector), the endpoint
+    answers, and how much of the history is embedded. A store that cannot keep them keeps
+    keyword recall: a warning, not a failure."""
+    section = config.embeddings
+    if section is None:
+        return
+    from rousseau.agent import RousseauError
+    from rousseau.providers.embeddings import Embeddings
+
+    async def check(backend: Backend) -> None:
+        vectors = backend.vectors
+        assert vectors is not None  # open_backend makes them where embeddings is set
+        if (why := await vectors.unavailable()) is not None:
+            report.warn("embeddings", f"{why}; recall is by keywords only")
+            return
+        embeddings = Embeddings(section)
+        try:
+            with anyio.fail_after(20):
+                [vector] = await embeddings.embed(["rousseau doctor"])
+        finally:
+            await embeddings.aclose()
+        done, total = await vectors.progress(section.model)
+        report(
+            True,
+            "embeddings",
+            f"{section.model} at {section.base_url} answers ({len(vector)} dimensions);"
+            f" {done:,} of {total:,} messages embedded",
+        )
+
+    import anyio
+
+    try:
+        with_state(config, check)
+    except TimeoutError:
+        report(False, "embeddings", f"{section.base_url}: no answer within 20 s")
+    except RousseauError as exc:
+        report(False, "embeddings", str(exc))
 
 
 def _doctor_provider(config: Config, report: Report) -> None:

@@ -25,6 +25,8 @@ class Asked:
     texts: list[str]
     dimensions: int | None
     key: str = ""
+    ok: bool = False
+    """Answered with vectors."""
 
 
 @dataclass
@@ -67,6 +69,7 @@ class FakeEmbeddings(AioServer):
         if self.fail:
             error = {"message": "The server had an error", "type": "server_error"}
             return web.json_response({"error": error}, status=500)
+        self.asked[-1].ok = True
         data = [
             {"object": "embedding", "index": i, "embedding": self.vector(t)}
             for i, t in enumerate(texts)
