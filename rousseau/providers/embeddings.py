@@ -44,14 +44,17 @@ class Embeddings:
         import openai
 
         client = self._sdk()
-        extra = {"dimensions": self.dimensions} if self.dimensions else {}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "input": [t[:MAX_CHARS] or " " for t in texts],
+            "encoding_format": "float",
+        }
+        if self.dimensions:
+            body["dimensions"] = self.dimensions
         try:
-            response = await client.embeddings.create(
-                model=self.model,
-                input=[t[:MAX_CHARS] or " " for t in texts],
-                encoding_format="float",
-                **extra,
-            )
+            # The SDK's own post, its reply left as JSON (cast_to=object): its typed models
+            # are built float by float, 170 ms of CPU for 64 vectors of 256 dimensions.
+            reply = await client.post("/embeddings", cast_to=object, body=body)
         except openai.APIStatusError as exc:
             from rousseau.providers.errors import error_message, status_error
 
@@ -69,10 +72,14 @@ class Embeddings:
             timeout = isinstance(exc, openai.APITimeoutError)
             error = connection_error(SECTION, self.base_url, section=SECTION, timeout=timeout)
             raise error from exc
-        data = sorted(response.data, key=lambda d: d.index)
-        if len(data) != len(texts):
-            raise ProviderError(SECTION, f"{len(texts)} texts sent, {len(data)} vectors back")
-        return [list(d.embedding) for d in data]
+        try:
+            data = sorted(reply["data"], key=lambda d: d["index"])
+            vectors = [[float(x) for x in d["embedding"]] for d in data]
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ProviderError(SECTION, f"not an embeddings reply: {exc!r}"[:300]) from exc
+        if len(vectors) != len(texts):
+            raise ProviderError(SECTION, f"{len(texts)} texts sent, {len(vectors)} vectors back")
+        return vectors
 
     async def aclose(self) -> None:
         if self._client is not None:

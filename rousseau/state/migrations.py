@@ -373,6 +373,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                 dimensions INTEGER NOT NULL,
                 cursor INTEGER NOT NULL
             )""",
+            """CREATE TABLE message_vectors (
+                id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+                vector BLOB NOT NULL
+            )""",
         ),
     ),
 )

@@ -1,8 +1,13 @@
-"""The messages' embeddings in the SQLite store, in a sqlite-vec `vec0` table whose rowid is
-the message's id (exact nearest neighbours by cosine distance).
+"""The messages' embeddings in the SQLite store, with sqlite-vec's distance functions.
 
-The table is made when the first vectors arrive (its width is theirs); `vector_state` says
-whose model they are and up to which message they reach, so a backfill cut off resumes.
+`message_vectors` keeps each message's vector (float32, its row deleted with the message);
+`vector_state` says whose model they are and up to which message they reach, so a backfill
+cut off resumes. Nearest neighbours are exact, over the sessions in scope, while the scope
+holds at most EXACT messages; past that (one person with a long history) a coarse pass over
+the vectors' signs (a vec0 `bit` index, 32 bytes a vector, made when the first vectors
+arrive) picks CANDIDATES, which are then ranked exactly. A vec0 float index ranks exactly
+too, but reads every vector at each query: 150 ms at 200,000 vectors of 256 dimensions on a
+small machine, against 15-25 ms for the two passes.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from rousseau.state.recall import scope_where
 if TYPE_CHECKING:
     from rousseau.state.store import Store
 
-NEAREST = 500  # the closest vectors then filtered by session and scope, as keyword recall's
+NEAREST = 500  # PostgreSQL: the closest vectors then filtered by session and scope
+EXACT = 20_000  # messages in scope ranked exactly, each of them
+CANDIDATES = 64  # past that, what the coarse pass hands to the exact one
 SNIPPET = 240  # characters of a message shown when only its meaning matched
 
 
@@ -90,25 +97,32 @@ class SqliteVectors:
         def op(db: sqlite3.Connection) -> None:
             state = _state(db)
             if state is None or state[:2] != (model, width):  # another model: start again
-                db.execute("DROP TABLE IF EXISTS message_vectors")
-                db.execute(
-                    "CREATE VIRTUAL TABLE message_vectors USING"
-                    f" vec0(embedding float[{width}] distance_metric=cosine)"
-                )
+                db.execute("DELETE FROM message_vectors")
+                db.execute("DROP TABLE IF EXISTS message_bits")
+                if width % 8 == 0:
+                    db.execute(
+                        f"CREATE VIRTUAL TABLE message_bits USING vec0(embedding bit[{width}])"
+                    )
                 db.execute(
                     "INSERT OR REPLACE INTO vector_state (id, model, dimensions, cursor)"
                     " VALUES (1, ?, ?, 0)",
                     (model, width),
                 )
-            ids = [i for i, _ in vectors]
-            # vec0 has no upsert; another process (a reindex beside the daemon) may have
-            # embedded some of them already
-            db.executemany("DELETE FROM message_vectors WHERE rowid = ?", [(i,) for i in ids])
-            db.executemany(
-                "INSERT INTO message_vectors (rowid, embedding) VALUES (?, ?)",
-                [(i, serialize_float32(v)) for i, v in vectors],
+            coarse = width % 8 == 0
+            for i, vector in vectors:
+                blob = serialize_float32(vector)
+                # a message deleted since it was read is skipped; one embedded already (by a
+                # reindex beside the daemon) is kept as it is
+                added = db.execute(
+                    "INSERT OR IGNORE INTO message_vectors (id, vector)"
+                    " SELECT ?, ? WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?)",
+                    (i, blob, i),
+                ).rowcount
+                if added and coarse:
+                    _add_bits(db, i, blob)
+            db.execute(
+                "UPDATE vector_state SET cursor = max(cursor, ?)", (max(i for i, _ in vectors),)
             )
-            db.execute("UPDATE vector_state SET cursor = max(cursor, ?)", (max(ids),))
 
         await self.store.call(op, write=True)
 
@@ -132,14 +146,29 @@ class SqliteVectors:
             if scoped is None:
                 return []
             where, args = scoped
-            rows = db.execute(
-                "SELECT m.id, m.session_id, m.role, m.created_at, m.text FROM"
-                " (SELECT rowid, distance FROM message_vectors WHERE embedding MATCH ?"
-                "  AND k = ?) v"
-                " JOIN messages m ON m.id = v.rowid JOIN sessions s ON s.id = m.session_id"
-                f" WHERE 1 {where} ORDER BY v.distance LIMIT ?",
-                (serialize_float32(vector), NEAREST, *args, limit),
-            ).fetchall()
+            query = serialize_float32(vector)
+            (in_scope,) = db.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM sessions s"
+                f" JOIN messages m ON m.session_id = s.id WHERE 1 {where} LIMIT ?)",
+                (*args, EXACT + 1),
+            ).fetchone()
+            if in_scope <= EXACT or len(vector) % 8:
+                rows = db.execute(
+                    "SELECT m.id, m.session_id, m.role, m.created_at, m.text FROM sessions s"
+                    " JOIN messages m ON m.session_id = s.id JOIN message_vectors v ON v.id = m.id"
+                    f" WHERE 1 {where} ORDER BY vec_distance_cosine(v.vector, ?) LIMIT ?",
+                    (*args, query, limit),
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    "SELECT m.id, m.session_id, m.role, m.created_at, m.text FROM"
+                    " (SELECT rowid FROM message_bits"
+                    "  WHERE embedding MATCH vec_quantize_binary(?) AND k = ?) c"
+                    " JOIN message_vectors v ON v.id = c.rowid JOIN messages m ON m.id = v.id"
+                    " JOIN sessions s ON s.id = m.session_id"
+                    f" WHERE 1 {where} ORDER BY vec_distance_cosine(v.vector, ?) LIMIT ?",
+                    (query, CANDIDATES, *args, query, limit),
+                ).fetchall()
             return [
                 Recalled(
                     session_id=sid, role=role, snippet=snippet(text), created_at=at, message_id=i
@@ -163,16 +192,28 @@ class SqliteVectors:
         return await self.store.call(op)
 
     async def prune(self) -> int:
+        """The vectors go with their messages; their coarse index's entries are swept here."""
+
         def op(db: sqlite3.Connection) -> int:
-            if _state(db) is None:
+            state = _state(db)
+            if state is None or state[1] % 8:
                 return 0
             gone = db.execute(
-                "SELECT rowid FROM message_vectors WHERE rowid NOT IN (SELECT id FROM messages)"
+                "SELECT rowid FROM message_bits WHERE rowid NOT IN (SELECT id FROM message_vectors)"
             ).fetchall()
-            db.executemany("DELETE FROM message_vectors WHERE rowid = ?", gone)
+            db.executemany("DELETE FROM message_bits WHERE rowid = ?", gone)
             return len(gone)
 
         return await self.store.call(op, write=True)
+
+
+def _add_bits(db: sqlite3.Connection, message_id: int, blob: bytes) -> None:
+    insert = "INSERT INTO message_bits (rowid, embedding) VALUES (?, vec_quantize_binary(?))"
+    try:
+        db.execute(insert, (message_id, blob))
+    except sqlite3.IntegrityError:  # the id of a deleted message, taken again, not yet swept
+        db.execute("DELETE FROM message_bits WHERE rowid = ?", (message_id,))
+        db.execute(insert, (message_id, blob))
 
 
 def _state(db: sqlite3.Connection) -> tuple[str, int, int] | None:

@@ -197,6 +197,33 @@ async def test_a_deleted_sessions_vectors_go_with_it(
     await embeddings.aclose()
 
 
+async def test_a_long_history_is_ranked_through_the_coarse_pass(
+    tmp_path: Path, fake: FakeEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past EXACT messages in scope, a pass over the vectors' signs picks the candidates;
+    the ranking, scope and deletions hold as in the exact pass."""
+    pytest.importorskip("sqlite_vec", reason="sqlite-vec is in the embeddings extra")
+    from rousseau.state import sqlite_vectors
+    from rousseau.state.sqlite_vectors import SqliteVectors, enable_sqlite_vec
+
+    monkeypatch.setattr(sqlite_vectors, "EXACT", 2)
+    assert enable_sqlite_vec() is None
+    with Store(tmp_path / "s.db") as store:
+        vectors = SqliteVectors(store)
+        embeddings = embeddings_of(fake)
+        await said(store, "gone", "telegram:42", "my dog is called Rex")
+        await said(store, "old", "telegram:42", "a puppy at the seaside", "the weather", "pay day")
+        await said(store, "alice", "telegram:1", "Alice's dog")
+        await indexed(vectors, embeddings)
+        assert await store.delete_session("gone")
+        assert await vectors.prune() == 1
+        await said(store, "now", "telegram:42", "the dog?")
+        meaning = VectorRecall(vectors=vectors, embeddings=embeddings)
+        found = await meaning.nearest("dog", 2, exclude="now", scope_of="now", agent="default")
+        assert [f.snippet for f in found] == ["a puppy at the seaside", "the weather"]
+        await embeddings.aclose()
+
+
 def test_fusion_rewards_what_both_rankings_found() -> None:
     def hit(i: int) -> Recalled:
         return Recalled(session_id="s", role="user", snippet=f"m{i}", created_at=0, message_id=i)
