@@ -56,6 +56,8 @@ class Face:
     upload_bytes: int = 0
     """The most a web chat message's files may weigh together (the config's media.max_bytes):
     the body limit of the page that sends one."""
+    profile_bounds: dict[str, int] = field(default_factory=dict)
+    """Each agent's agent.memory.max_chars: an entry edited on the dashboard keeps to it."""
 
 
 def face(
@@ -95,6 +97,9 @@ def face(
     shown.agents = [config.default_agent, *named]
     shown.cron_timezone = config.cron.timezone
     shown.upload_bytes = config.media.max_bytes
+    shown.profile_bounds = {
+        name: config.for_agent(name).agent.memory.max_chars for name in ("default", *config.agents)
+    }
 
     def background(work: Callable[[], Awaitable[object]]) -> None:
         async def run() -> None:

@@ -46,7 +46,7 @@ def test_what_strangers_write_is_shown_escaped(web_daemon: WebDaemon) -> None:
         assert "<script>alert" not in found and "&lt;script&gt;alert" in found
 
 
-def test_every_profile_is_shown_escaped_and_its_entries_deleted(web_daemon: WebDaemon) -> None:
+def test_every_profile_is_shown_escaped_and_its_entries_edited_and_deleted(web_daemon: WebDaemon) -> None:
     telegram = web_daemon.telegram
     before = len(telegram.sent)
     telegram.push("remember <b>keeps</b> bees on the roof")
@@ -63,10 +63,21 @@ def test_every_profile_is_shown_escaped_and_its_entries_deleted(web_daemon: WebD
         assert "&lt;b&gt;keeps&lt;/b&gt; bees on the roof" in cells and "<b>" not in cells
         other = client.get("/memory", params={"person": "telegram:9"}).text
         assert "data-entry" not in other and "No profiles kept that match." in other
+        edit = f"/memory/{entry}/edit"
+        refused = client.post(edit, data={"text": "keeps wasps"})  # no CSRF token: nothing
+        assert refused.status_code == 403 and "wasps" not in client.get("/memory").text
+        edited = client.post(edit, data={"csrf": client.csrf, "text": " keeps  bees and wasps "})
+        assert edited.status_code == 303 and "changed" in edited.headers["location"]
+        assert 'value="keeps bees and wasps"' in client.get("/memory").text
+        too_long = client.post(edit, data={"csrf": client.csrf, "text": "x" * 5000})
+        assert "would+pass+2%2C000+characters" in too_long.headers["location"]
+        assert 'value="keeps bees and wasps"' in client.get("/memory").text
         refused = client.post(f"/memory/{entry}/delete")  # no CSRF token: nothing happens
         assert refused.status_code == 403 and "bees" in client.get("/memory").text
+        telegram.push("/memory")
+        assert "keeps bees and wasps" in telegram.wait_sent(before + 2)[-1].text
         deleted = client.post(f"/memory/{entry}/delete", data={"csrf": client.csrf})
         assert deleted.status_code == 303 and "deleted" in deleted.headers["location"]
         assert "bees" not in client.get("/memory").text
     telegram.push("/memory")
-    assert telegram.wait_sent(before + 2)[-1].text == "I keep nothing about you yet."
+    assert telegram.wait_sent(before + 3)[-1].text == "I keep nothing about you yet."
