@@ -53,6 +53,10 @@ class Backend:
         if self.cluster is not None:
             await self.cluster.leave()
         if isinstance(self.store, Store):
+            from rousseau.state.sqlite_vectors import SqliteVectors
+
+            if isinstance(self.vectors, SqliteVectors):  # its reading connection
+                self.vectors.close()
             close = functools.partial(self.store.close, timeout=CLOSE_TIMEOUT)
             await anyio.to_thread.run_sync(close)
         else:

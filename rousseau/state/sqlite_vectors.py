@@ -8,6 +8,9 @@ the vectors' signs (a vec0 `bit` index, 32 bytes a vector, made when the first v
 arrive) picks CANDIDATES, which are then ranked exactly. A vec0 float index ranks exactly
 too, but reads every vector at each query: 150 ms at 200,000 vectors of 256 dimensions on a
 small machine, against 15-25 ms for the two passes.
+
+A turn's search reads on a connection of its own, on a thread of its own: beside the
+keyword query (on the store's thread), and never holding up the store's writes.
 """
 
 from __future__ import annotations
@@ -16,17 +19,25 @@ import ctypes
 import ctypes.util
 import functools
 import sqlite3
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
+import anyio
+
+from rousseau.agent import StoreError
 from rousseau.state.protocol import Recalled
 from rousseau.state.recall import scope_where
 
 if TYPE_CHECKING:
     from rousseau.state.store import Store
 
+T = TypeVar("T")
+
 NEAREST = 500  # PostgreSQL: the closest vectors then filtered by session and scope
 EXACT = 20_000  # messages in scope ranked exactly, each of them
 CANDIDATES = 64  # past that, what the coarse pass hands to the exact one
+SIZES = 1_024  # scopes whose size is remembered
 SNIPPET = 240  # characters of a message shown when only its meaning matched
 
 
@@ -64,6 +75,48 @@ class SqliteVectors:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._reader: sqlite3.Connection | None = None
+        self._reading = anyio.Lock()
+        self._sizes: dict[tuple[str, tuple[object, ...]], tuple[bool, float]] = {}
+
+    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """`op` on the reading connection (the store's own for an in-memory store)."""
+        if self.store.path == ":memory:":
+            return await self.store.call(op)
+        async with self._reading:
+            return await anyio.to_thread.run_sync(self._on_reader, op)
+
+    def _on_reader(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        if self._reader is None:
+            self._reader = sqlite3.connect(
+                f"file:{self.store.path}?mode=ro", uri=True, check_same_thread=False
+            )
+        try:
+            return op(self._reader)
+        except sqlite3.Error as exc:
+            raise StoreError(f"session store: {exc}") from exc
+
+    def _small(self, db: sqlite3.Connection, where: str, args: list[object]) -> bool:
+        """Whether the scope holds at most EXACT messages; known for a minute (a person's
+        history grows slowly, and asking costs a few milliseconds at each turn)."""
+        key = (where, tuple(args))
+        now = time.monotonic()
+        known = self._sizes.get(key)
+        if known is None or now - known[1] > 60:
+            (count,) = db.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM sessions s"
+                f" JOIN messages m ON m.session_id = s.id WHERE 1 {where} LIMIT ?)",
+                (*args, EXACT + 1),
+            ).fetchone()
+            known = self._sizes[key] = (int(count) <= EXACT, now)
+            while len(self._sizes) > SIZES:
+                self._sizes.pop(next(iter(self._sizes)))
+        return known[0]
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     async def unavailable(self) -> str | None:
         why = enable_sqlite_vec()
@@ -101,7 +154,8 @@ class SqliteVectors:
                 db.execute("DROP TABLE IF EXISTS message_bits")
                 if width % 8 == 0:
                     db.execute(
-                        f"CREATE VIRTUAL TABLE message_bits USING vec0(embedding bit[{width}])"
+                        "CREATE VIRTUAL TABLE message_bits USING"
+                        f" vec0(embedding bit[{width}], chunk_size=4096)"
                     )
                 db.execute(
                     "INSERT OR REPLACE INTO vector_state (id, model, dimensions, cursor)"
@@ -147,12 +201,7 @@ class SqliteVectors:
                 return []
             where, args = scoped
             query = serialize_float32(vector)
-            (in_scope,) = db.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM sessions s"
-                f" JOIN messages m ON m.session_id = s.id WHERE 1 {where} LIMIT ?)",
-                (*args, EXACT + 1),
-            ).fetchone()
-            if in_scope <= EXACT or len(vector) % 8:
+            if self._small(db, where, args) or len(vector) % 8:
                 rows = db.execute(
                     "SELECT m.id, m.session_id, m.role, m.created_at, m.text FROM sessions s"
                     " JOIN messages m ON m.session_id = s.id JOIN message_vectors v ON v.id = m.id"
@@ -176,7 +225,7 @@ class SqliteVectors:
                 for i, sid, role, at, text in rows
             ]
 
-        return await self.store.call(op)
+        return await self._read(op)
 
     async def progress(self, model: str) -> tuple[int, int]:
         def op(db: sqlite3.Connection) -> tuple[int, int]:

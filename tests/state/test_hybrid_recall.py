@@ -43,7 +43,9 @@ async def backend(
 
         assert enable_sqlite_vec() is None
         with Store(tmp_path / "s.db") as store:
-            yield store, SqliteVectors(store)
+            vectors = SqliteVectors(store)
+            yield store, vectors
+            vectors.close()
         return
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_vectors import PostgresVectors
@@ -222,6 +224,7 @@ async def test_a_long_history_is_ranked_through_the_coarse_pass(
         found = await meaning.nearest("dog", 2, exclude="now", scope_of="now", agent="default")
         assert [f.snippet for f in found] == ["a puppy at the seaside", "the weather"]
         await embeddings.aclose()
+        vectors.close()
 
 
 def test_fusion_rewards_what_both_rankings_found() -> None:
