@@ -6,9 +6,11 @@ dog, with no word in common."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from rousseau.agent import Agent, Message, Options, ProviderError
@@ -20,6 +22,7 @@ from rousseau.state.hybrid import Indexer, VectorRecall, fuse
 from rousseau.state.protocol import Recalled, VectorStore
 from rousseau.state.recall import SQLiteRecall
 from tests.fakes.embeddings import FakeEmbeddings
+from tests.helpers import ROUSSEAU
 from tests.postgres.server import Postgres
 
 pytestmark = pytest.mark.anyio
@@ -235,3 +238,46 @@ def test_fusion_rewards_what_both_rankings_found() -> None:
     meaning = [hit(4), hit(3), hit(5)]
     assert [r.message_id for r in fuse([keywords, meaning], 3)] == [3, 1, 4]
     assert fuse([[], []], 3) == []
+
+
+async def test_a_postgresql_without_pgvector_keeps_keyword_recall_and_says_so_once(
+    postgres: Postgres, fake: FakeEmbeddings, tmp_path: Path
+) -> None:
+    """Debian's PostgreSQL 15 has no pgvector: the daemon recalls by keywords, with one
+    warning at start, and no vector table is made."""
+    from structlog.testing import capture_logs
+
+    from rousseau.assembly.agent import hybrid_recall
+    from rousseau.config import load_config
+    from rousseau.state.backend import open_backend
+
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(
+        f"state: {{url: '{postgres.new_database()}'}}\n"
+        f"embeddings: {{base_url: '{fake.base_url}', model: fake-embed}}\n"
+    )
+    config = load_config(str(config_file), {"HOME": str(tmp_path)})
+    backend = await open_backend(config, daemon=False)
+    try:
+        assert backend.vectors is not None
+        why = await backend.vectors.unavailable()
+        assert why == "the PostgreSQL server has no pgvector extension"
+        with capture_logs() as logs:
+            assert await hybrid_recall(config, backend) is None
+        assert [(e["event"], e["reason"]) for e in logs] == [("embeddings.unavailable", why)]
+        assert fake.asked == []
+    finally:
+        await backend.aclose()
+    doctor = await anyio.run_process(
+        [*ROUSSEAU, "--config", str(config_file), "doctor"],
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **pythonpath()},
+        check=False,
+    )
+    [line] = [x for x in doctor.stdout.decode().splitlines() if x[6:].startswith("embeddings")]
+    assert line.startswith("warn") and "no pgvector extension" in line
+    assert "recall is by keywords only" in line
+
+
+def pythonpath() -> dict[str, str]:
+    """A checkout's code, where the tests run on one."""
+    return {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}

@@ -46,7 +46,9 @@ def test_what_strangers_write_is_shown_escaped(web_daemon: WebDaemon) -> None:
         assert "<script>alert" not in found and "&lt;script&gt;alert" in found
 
 
-def test_every_profile_is_shown_escaped_and_its_entries_edited_and_deleted(web_daemon: WebDaemon) -> None:
+def test_every_profile_is_shown_escaped_edited_and_deleted(
+    web_daemon: WebDaemon,
+) -> None:
     telegram = web_daemon.telegram
     before = len(telegram.sent)
     telegram.push("remember <b>keeps</b> bees on the roof")
