@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import shutil
 import subprocess
 import tempfile
@@ -109,9 +110,24 @@ def pgvector() -> Iterator[Postgres]:
     except ImportError:
         unavailable("psycopg is not installed: pip install -e '.[postgres]'")
     assert folder is not None
+    copy = None
+    if os.getuid() == 0 and not _others_reach(folder):  # the server runs as `postgres`
+        copy = Path(tempfile.mkdtemp(prefix="rousseau-pgvector-"))
+        copy.chmod(0o755)
+        packages = folder.parents[2]  # pgserver/pginstall/bin; its libraries beside pgserver
+        for part in ("pgserver/pginstall", "pgserver.libs"):  # (their rpath is relative)
+            shutil.copytree(packages / part, copy / part, symlinks=True)
+        folder = copy / "pgserver" / "pginstall" / "bin"
     server = Postgres(folder).start()
     yield server
     server.stop()
+    if copy is not None:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def _others_reach(folder: Path) -> bool:
+    """Whether a user other than its owner may enter `folder` (and every folder above it)."""
+    return all(os.stat(p).st_mode & 0o001 for p in [folder, *folder.parents])
 
 
 @pytest.fixture(scope="session")
