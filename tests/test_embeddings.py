@@ -19,11 +19,10 @@ from structlog.testing import capture_logs
 from rousseau.agent import Message, Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
-from rousseau.router import ChatPolicy
 from rousseau.state import Store
 from rousseau.transports.base import MemoryTransport
 from tests.fakes.embeddings import FakeEmbeddings
-from tests.helpers import ROUSSEAU
+from tests.helpers import ROUSSEAU, serving
 
 pytest.importorskip("sqlite_vec", reason="sqlite-vec is in the embeddings extra")
 pytestmark = pytest.mark.anyio
@@ -57,23 +56,10 @@ def answer(request: Request) -> Response:
 async def daemon(
     tmp: Path, fake: FakeEmbeddings
 ) -> AsyncIterator[tuple[MemoryTransport, FunctionProvider]]:
-    from rousseau.daemon import Daemon
-
     transport, provider = MemoryTransport(), FunctionProvider(answer)
     config = load_config(str(write_config(tmp, fake)), {"HOME": str(tmp)})
-    running = Daemon(
-        config,
-        transports={"memory": transport},
-        chat_policies={"memory": ChatPolicy(allowlist=frozenset({"alice"}))},
-        provider=provider,
-    )
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(running.run)
-        with anyio.fail_after(20):
-            while not transport.connected:
-                await anyio.sleep(0.02)
+    async with serving(transport, config, provider, ["alice"]):
         yield transport, provider
-        running.stop()
 
 
 async def say(transport: MemoryTransport, text: str) -> str:

@@ -67,6 +67,13 @@ def embeddings_of(fake: FakeEmbeddings, model: str = "fake-embed") -> Embeddings
     return Embeddings(EmbeddingsConfig(base_url=fake.base_url, model=model, timeout=5))
 
 
+@pytest.fixture
+async def embeddings(fake: FakeEmbeddings) -> AsyncIterator[Embeddings]:
+    made = embeddings_of(fake)
+    yield made
+    await made.aclose()
+
+
 async def said(
     store: SessionStore, session_id: str, owner: str, *texts: str, agent: str = "default"
 ) -> None:
@@ -92,10 +99,9 @@ async def recalled(
 
 
 async def test_a_question_sharing_no_word_is_recalled_by_meaning_and_not_without(
-    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings
+    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings, embeddings: Embeddings
 ) -> None:
     store, vectors = backend
-    embeddings = embeddings_of(fake)
     await said(store, "old", "telegram:42", "Rex chewed my slippers again")
     await said(store, "noise", "telegram:42", "The weather was fine yesterday")
     await said(store, "now", "telegram:42", "how is the puppy behaving lately?")
@@ -107,14 +113,12 @@ async def test_a_question_sharing_no_word_is_recalled_by_meaning_and_not_without
     found = await recalled(store, "now", meaning, top_k=1)
     assert "Rex chewed my slippers" in found and "weather" not in found
     assert "puppy" not in found  # never the current session
-    await embeddings.aclose()
 
 
 async def test_meaning_keeps_to_the_person_the_agent_and_leaves_out_the_current_session(
-    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings
+    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings, embeddings: Embeddings
 ) -> None:
     store, vectors = backend
-    embeddings = embeddings_of(fake)
     await said(store, "alice", "telegram:1", "Alice's pay rise came through")
     await said(store, "other-agent", "telegram:2", "my salary is private", agent="coder")
     await said(store, "bob-old", "telegram:2", "a day at the seaside")
@@ -127,14 +131,12 @@ async def test_meaning_keeps_to_the_person_the_agent_and_leaves_out_the_current_
     assert "beach?" not in found  # the current session
     everyone = await recalled(store, "bob", meaning, scope="all")
     assert "Alice" in everyone and "private" not in everyone  # another agent's, never
-    await embeddings.aclose()
 
 
 async def test_a_failing_endpoint_leaves_keyword_recall_and_the_turn_answers(
-    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings
+    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings, embeddings: Embeddings
 ) -> None:
     store, vectors = backend
-    embeddings = embeddings_of(fake)
     await said(store, "old", "telegram:42", "the locker code is 4711", "Rex loves walks")
     await indexed(vectors, embeddings)
     await said(store, "now", "telegram:42", "what was the locker code?")
@@ -157,14 +159,12 @@ async def test_a_failing_endpoint_leaves_keyword_recall_and_the_turn_answers(
     session.messages.pop()  # asked again, as a turn
     response = await agent.reply(session, "what was the locker code?")
     assert response.message.text == "it is 4711" and "4711" in seen[0]
-    await embeddings.aclose()
 
 
 async def test_indexing_resumes_where_it_stopped_and_a_new_model_starts_again(
-    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings
+    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings, embeddings: Embeddings
 ) -> None:
     store, vectors = backend
-    embeddings = embeddings_of(fake)
     await said(store, "s", "telegram:42", *(f"message number {i}" for i in range(5)))
     indexer = Indexer(vectors=vectors, embeddings=embeddings, batch_size=2)
     assert await indexer.step() == 2
@@ -182,15 +182,13 @@ async def test_indexing_resumes_where_it_stopped_and_a_new_model_starts_again(
     assert await vectors.progress("fake-embed") == (0, 5)  # its vectors were dropped
     meaning = VectorRecall(vectors=vectors, embeddings=embeddings)
     assert await meaning.nearest("number", 5, exclude="x", scope_of=None, agent="default") == []
-    await embeddings.aclose()
     await other.aclose()
 
 
 async def test_a_deleted_sessions_vectors_go_with_it(
-    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings
+    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings, embeddings: Embeddings
 ) -> None:
     store, vectors = backend
-    embeddings = embeddings_of(fake)
     await said(store, "gone", "telegram:42", "my dog is called Rex")
     await said(store, "kept", "telegram:42", "a puppy at the beach")
     await indexed(vectors, embeddings)
@@ -199,11 +197,10 @@ async def test_a_deleted_sessions_vectors_go_with_it(
     meaning = VectorRecall(vectors=vectors, embeddings=embeddings)
     found = await meaning.nearest("dog", 5, exclude="x", scope_of=None, agent="default")
     assert [f.snippet for f in found] == ["a puppy at the beach"]
-    await embeddings.aclose()
 
 
 async def test_a_long_history_is_ranked_through_the_coarse_pass(
-    tmp_path: Path, fake: FakeEmbeddings, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, embeddings: Embeddings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past EXACT messages in scope, a pass over the vectors' signs picks the candidates;
     the ranking, scope and deletions hold as in the exact pass."""
@@ -215,7 +212,6 @@ async def test_a_long_history_is_ranked_through_the_coarse_pass(
     assert enable_sqlite_vec() is None
     with Store(tmp_path / "s.db") as store:
         vectors = SqliteVectors(store)
-        embeddings = embeddings_of(fake)
         await said(store, "gone", "telegram:42", "my dog is called Rex")
         await said(store, "old", "telegram:42", "a puppy at the seaside", "the weather", "pay day")
         await said(store, "alice", "telegram:1", "Alice's dog")
@@ -226,7 +222,6 @@ async def test_a_long_history_is_ranked_through_the_coarse_pass(
         meaning = VectorRecall(vectors=vectors, embeddings=embeddings)
         found = await meaning.nearest("dog", 2, exclude="now", scope_of="now", agent="default")
         assert [f.snippet for f in found] == ["a puppy at the seaside", "the weather"]
-        await embeddings.aclose()
         vectors.close()
 
 
