@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
+from rousseau.agent import ProviderRequestError
 from rousseau.backoff import backoff
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ QUERY_TIMEOUT = 5.0  # the longest a turn's recall waits for its query's vector
 IDLE = 5.0  # seconds between looks for new messages when all are embedded
 PRUNE_EVERY = 3600.0  # seconds between sweeps for the vectors of deleted messages
 FAILURE_CAP = 300.0  # the longest wait after failures before asking the endpoint again
+REFUSED_INPUT = (400, 413, 422)  # what an endpoint answers to a text it will not embed
+REMEMBERED = 10_000  # refused messages remembered
 
 
 def fuse(rankings: list[list[Recalled]], limit: int) -> list[Recalled]:
@@ -55,16 +58,51 @@ class Indexer:
     embeddings: Embeddings
     batch_size: int = 64
     _failures: int = field(default=0, init=False)
+    _refused: set[int] = field(default_factory=set, init=False)
+    """Messages the endpoint refused, left out until the next start."""
 
     async def step(self) -> int:
-        """Embed the next batch; how many messages it held (0: all are embedded)."""
+        """Embed the next batch; how many messages it held (0: all are embedded). A message
+        the endpoint refuses (too long for it, say) is left out, where others of its batch
+        are taken: one such message must not stop the indexing of all that follow."""
         rows = await self.vectors.unembedded(self.embeddings.model, self.batch_size)
+        rows = [r for r in rows if r[0] not in self._refused]
         if not rows:
             return 0
-        made = await self.embeddings.embed([text for _, text in rows])
+        try:
+            made = await self.embeddings.embed([text for _, text in rows])
+        except ProviderRequestError as exc:
+            if exc.status not in REFUSED_INPUT:
+                raise
+            await self.vectors.put(self.embeddings.model, await self._one_by_one(rows, exc))
+            return len(rows)
         vectors = [(i, v) for (i, _), v in zip(rows, made, strict=True)]
         await self.vectors.put(self.embeddings.model, vectors)
         return len(rows)
+
+    async def _one_by_one(
+        self, rows: list[tuple[int, str]], refused: ProviderRequestError
+    ) -> list[tuple[int, list[float]]]:
+        """The batch's vectors asked for one message at a time, leaving out (and
+        remembering) those refused; if all are, the endpoint's refusal is raised."""
+        made, left_out = [], []
+        for message_id, text in rows:
+            try:
+                [vector] = await self.embeddings.embed([text])
+            except ProviderRequestError as exc:
+                if exc.status not in REFUSED_INPUT:
+                    raise
+                left_out.append(message_id)
+                continue
+            made.append((message_id, vector))
+        if not made and len(rows) > 1:
+            raise refused
+        for message_id in left_out:
+            log.warning("embeddings.message_refused", message=message_id, error=str(refused))
+            self._refused.add(message_id)
+        while len(self._refused) > REMEMBERED:
+            self._refused.pop()
+        return made
 
     async def run(self) -> None:
         """The daemon's background indexing: a failure is logged once per run of failures

@@ -36,6 +36,8 @@ class FakeEmbeddings(AioServer):
     width: int = 8
     key: str | None = None
     fail: bool = False
+    refuse: str | None = None
+    """A word whose texts are refused (400), as a text too long for the model is."""
     asked: list[Asked] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -69,6 +71,12 @@ class FakeEmbeddings(AioServer):
         if self.fail:
             error = {"message": "The server had an error", "type": "server_error"}
             return web.json_response({"error": error}, status=500)
+        if self.refuse is not None and any(self.refuse in t for t in texts):
+            error = {
+                "message": "This model's maximum context length is 8192 tokens",
+                "type": "invalid_request_error",
+            }
+            return web.json_response({"error": error}, status=400)
         self.asked[-1].ok = True
         data = [
             {"object": "embedding", "index": i, "embedding": self.vector(t)}

@@ -185,6 +185,32 @@ async def test_indexing_resumes_where_it_stopped_and_a_new_model_starts_again(
     await other.aclose()
 
 
+async def test_a_message_the_endpoint_refuses_is_left_out_and_the_rest_embedded(
+    backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings, embeddings: Embeddings
+) -> None:
+    from structlog.testing import capture_logs
+
+    store, vectors = backend
+    await said(store, "s", "telegram:42", "first", "poison pill", "third", "fourth", "poison")
+    fake.refuse = "poison"
+    with capture_logs() as logs:
+        await indexed(vectors, embeddings)
+    assert [e["event"] for e in logs] == ["embeddings.message_refused"] * 2
+    fake.asked.clear()
+    assert await Indexer(vectors=vectors, embeddings=embeddings).step() == 1  # (a new start)
+    embedded = [t for a in fake.asked if a.ok for t in a.texts]
+    assert embedded == []  # the last, refused again; the rest were embedded before
+    meaning = VectorRecall(vectors=vectors, embeddings=embeddings)
+    found = await meaning.nearest("x", 9, exclude="none", scope_of=None, agent="default")
+    assert sorted(f.snippet for f in found) == ["first", "fourth", "third"]
+
+    fake.fail = False
+    fake.refuse = "o"  # every text: the endpoint is refusing, not one message
+    await said(store, "t", "telegram:42", "another one", "and one more")
+    with pytest.raises(ProviderError, match="HTTP 400"):
+        await Indexer(vectors=vectors, embeddings=embeddings, batch_size=2).step()
+
+
 async def test_a_deleted_sessions_vectors_go_with_it(
     backend: tuple[SessionStore, VectorStore], fake: FakeEmbeddings, embeddings: Embeddings
 ) -> None:
