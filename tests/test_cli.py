@@ -331,3 +331,29 @@ def test_chat_talks_to_the_agent_it_names(
     status = rousseau("--config", str(config), "status", env=env).stdout.splitlines()
     assert any(line.startswith("agent      work: work-model; workspace ") for line in status)
     assert "route      the rest -> default" in status
+
+
+def test_chat_recalls_by_meaning_with_embeddings(
+    env: dict[str, str], fake_llm: FakeLLMServer, home: Path
+) -> None:
+    pytest.importorskip("sqlite_vec", reason="sqlite-vec is in the embeddings extra")
+    from tests.fakes.embeddings import FakeEmbeddings
+
+    fake = FakeEmbeddings(meanings={"rex": 0, "puppy": 0}).start()
+    try:
+        env = {
+            **env,
+            "ROUSSEAU_EMBEDDINGS_BASE_URL": fake.base_url,
+            "ROUSSEAU_EMBEDDINGS_MODEL": "fake-embed",
+        }
+        fake_llm.push(openai_stream(openai_completion("Noted.")))
+        assert rousseau("chat", "-m", "Rex chewed my slippers", env=env).returncode == 0
+        done = rousseau("memory", "reindex", env=env)
+        assert done.stdout == "2 of 2 messages embedded with fake-embed\n", done.stderr
+        fake_llm.push(openai_stream(openai_completion("He is fine.")))
+        result = rousseau("chat", "-m", "how is the puppy behaving?", env=env)
+        assert result.returncode == 0, result.stderr
+        system = fake_llm.posts()[-1].body["messages"][0]
+        assert system["role"] == "system" and "Rex chewed my slippers" in system["content"]
+    finally:
+        fake.stop()

@@ -324,21 +324,31 @@ def media_intake(config: Config, *, transcribing: bool = True) -> MediaIntake:
 async def connected_agent(
     config: Config,
     provider: Provider,
-    store: SessionStore | None,
+    backend: Backend,
     *,
     ask: AskFn | None = None,
     name: str = DEFAULT_AGENT,
-    profiles: ProfileStore | None = None,
 ) -> AsyncIterator[Agent]:
-    """`build_agent`, with the configured MCP servers' tools connected while it is in use."""
+    """`build_agent` on `backend`, with the configured MCP servers' tools connected (and,
+    with `embeddings`, recall by meaning) while it is in use."""
     from rousseau.mcp.client import mcp_tools
 
     registry = build_registry(config, name)
+    hybrid = await hybrid_recall(config, backend)
     try:
         async with mcp_tools(config.mcp_servers, registry):
             yield build_agent(
-                config, provider, store, ask=ask, registry=registry, name=name, profiles=profiles
+                config,
+                provider,
+                backend.store,
+                ask=ask,
+                registry=registry,
+                name=name,
+                profiles=backend.profiles,
+                meaning=hybrid[0] if hybrid is not None else None,
             )
     finally:
         with anyio.CancelScope(shield=True):
             await close_tools([registry])
+            if hybrid is not None:
+                await hybrid[0].embeddings.aclose()

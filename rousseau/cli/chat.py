@@ -67,9 +67,7 @@ async def _chat_once(
     session = await _open_session(store, args)
     screen = default_screen(interactive=False)
     try:
-        async with connected_agent(
-            config, provider, store, name=args.agent, profiles=backend.profiles
-        ) as agent:
+        async with connected_agent(config, provider, backend, name=args.agent) as agent:
             await run_turn(agent, session, args.message, screen)
     except RousseauError as exc:
         fail(str(exc))
@@ -102,9 +100,7 @@ async def _chat_interactive(
     )
     ask = TerminalApproval(reader, screen)
     try:
-        async with connected_agent(
-            config, provider, store, ask=ask, name=args.agent, profiles=backend.profiles
-        ) as agent:
+        async with connected_agent(config, provider, backend, ask=ask, name=args.agent) as agent:
             await interactive(agent, store, session, screen, reader, banner)
     finally:
         await close_provider(provider)
