@@ -88,8 +88,10 @@ class SqliteVectors:
 
     def _on_reader(self, op: Callable[[sqlite3.Connection], T]) -> T:
         if self._reader is None:
+            from urllib.parse import quote
+
             self._reader = sqlite3.connect(
-                f"file:{self.store.path}?mode=ro", uri=True, check_same_thread=False
+                f"file:{quote(self.store.path)}?mode=ro", uri=True, check_same_thread=False
             )
         try:
             return op(self._reader)
@@ -124,7 +126,7 @@ class SqliteVectors:
             return why
         try:
             await self.store.call(lambda db: db.execute("SELECT vec_version()"))
-        except sqlite3.Error:  # the store was opened before sqlite-vec was made part of it
+        except StoreError:  # the store was opened before sqlite-vec was made part of it
             return "sqlite-vec was loaded after the store was opened"
         return None
 
