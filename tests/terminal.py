@@ -22,12 +22,15 @@ class Terminal:
         self.output = ""
         self._read_to = 0
         self._closed = False
+        """The program's side is closed (it ended)."""
+        self._master_closed = False
 
     def expect(self, text: str, timeout: float = 30) -> None:
         """Wait until `text` is printed (after what the last expect matched)."""
         deadline = time.monotonic() + timeout
         while text not in self.output[self._read_to :]:
             if self._closed or not self._read(deadline - time.monotonic()):
+                self.kill()  # a failed test leaves no program running into the next one
                 raise AssertionError(f"{text!r} never came; the terminal shows:\n{self.output}")
         self._read_to = self.output.index(text, self._read_to) + len(text)
 
@@ -42,8 +45,18 @@ class Terminal:
         while not self._closed and self._read(deadline - time.monotonic()):
             pass
         code = self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        os.close(self.master)
+        if not self._master_closed:
+            self._master_closed = True
+            os.close(self.master)
         return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        if not self._master_closed:
+            self._master_closed = True
+            os.close(self.master)
 
     def _read(self, timeout: float) -> bool:
         if timeout <= 0 or not select.select([self.master], [], [], timeout)[0]:

@@ -421,7 +421,7 @@ def _owner(
         while True:
             remaining = deadline - time.monotonic()
             try:
-                found = _first_direct(transport, remaining) if remaining > 0 else None
+                found = _admitted(transport, remaining) if remaining > 0 else None
             except Failed as exc:  # e.g. Discord's Message Content Intent still off
                 print(f"FAIL  {masked(exc)}")
                 input("Put it right, then press Enter to wait again (Ctrl-C: nothing written) ")
@@ -432,36 +432,48 @@ def _owner(
                     f"no direct message reached the bot within {args.wait:.0f} s; nothing "
                     "written (run it again, or pass --allow ID)"
                 )
-            name, sender = found.sender_name, found.sender_id
-            sender = printable(f"{name} ({sender})" if name and name != sender else sender)
-            print(f"\nMessage from {sender}.")
-            if confirm("Admit them as the owner?"):
-                print(f"ok    {sender} is the owner")
-                return found.sender_id
-            print("Not admitted. Waiting for another message...", flush=True)
+            return found.sender_id
     finally:
         import anyio
 
         anyio.run(transport.aclose)
 
 
-def _first_direct(transport: Transport, wait: float) -> Inbound | None:
-    """The first direct message the transport takes within `wait` seconds."""
+def _admitted(transport: Transport, wait: float) -> Inbound | None:
+    """Whoever the user admits, of those writing to the bot directly within `wait` seconds
+    (None: no one). One connection for the whole wait: a message sent just after another
+    was declined is not lost to a reconnection."""
     import anyio
 
     from rousseau.agent import RousseauError
+    from rousseau.messages import Inbound
 
     async def listen() -> Inbound | None:
-        found: list[Inbound] = []
-        with anyio.move_on_after(wait) as scope:
+        send, receive = anyio.create_memory_object_stream[Inbound](64)
+        admitted: list[Inbound] = []
 
-            async def take(inbound: Inbound) -> None:
-                if not inbound.is_group and not found:
-                    found.append(inbound)
-                    scope.cancel()
+        async def take(inbound: Inbound) -> None:
+            if not inbound.is_group:
+                await send.send(inbound)
 
-            await transport.run(take)
-        return found[0] if found else None
+        async def ask(serving: anyio.CancelScope) -> None:
+            async for inbound in receive:
+                name, sender = inbound.sender_name, inbound.sender_id
+                shown = printable(f"{name} ({sender})" if name and name != sender else sender)
+                print(f"\nMessage from {shown}.")
+                with anyio.CancelScope(shield=True):  # the wait ends, not the answer
+                    if await anyio.to_thread.run_sync(confirm, "Admit them as the owner?"):
+                        print(f"ok    {shown} is the owner")
+                        admitted.append(inbound)
+                        serving.cancel()
+                        return
+                print("Not admitted. Waiting for another message...", flush=True)
+
+        with anyio.move_on_after(wait), send, receive:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask, tg.cancel_scope)
+                await transport.run(take)
+        return admitted[0] if admitted else None
 
     try:
         return anyio.run(listen)
