@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import structlog
@@ -20,7 +20,6 @@ from rousseau.agent import ProviderRequestError
 from rousseau.backoff import backoff
 
 if TYPE_CHECKING:
-    from rousseau.providers.embeddings import Embeddings
     from rousseau.state.protocol import Recalled, VectorStore
 
 log = structlog.get_logger(__name__)
@@ -32,6 +31,16 @@ PRUNE_EVERY = 3600.0  # seconds between sweeps for the vectors of deleted messag
 FAILURE_CAP = 300.0  # the longest wait after failures before asking the endpoint again
 REFUSED_INPUT = (400, 413, 422)  # what an endpoint answers to a text it will not embed
 REMEMBERED = 10_000  # refused messages remembered
+
+
+class Embeddings(Protocol):
+    """Text to vectors (providers/embeddings.py's client, built by the assembly)."""
+
+    model: str
+
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    async def aclose(self) -> None: ...
 
 
 def fuse(rankings: list[list[Recalled]], limit: int) -> list[Recalled]:
