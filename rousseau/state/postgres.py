@@ -659,11 +659,10 @@ class PostgresStore:
         agent: str | None = None,
     ) -> list[Recalled]:
         async with self.transaction() as db:
-            where, args = await _scope(db, exclude=exclude, scope_of=scope_of, agent=agent)
-            if where:
-                cursor = await db.execute(f"SELECT 1 FROM sessions s WHERE TRUE {where}", args)
-                if await cursor.fetchone() is None:
-                    return []  # a first conversation: nothing to rank (recall runs every turn)
+            scoped = await scope_where(db, exclude=exclude, scope_of=scope_of, agent=agent)
+            if scoped is None:
+                return []
+            where, args = scoped
             counts = {}
             for word in probed(words_of(text, recall=True)):
                 cursor = await db.execute(
@@ -705,10 +704,12 @@ class PostgresStore:
         await self._pool.close()
 
 
-async def _scope(
+async def scope_where(
     db: AsyncConnection[Any], *, exclude: str | None, scope_of: str | None, agent: str | None
-) -> tuple[str, list[object]]:
-    """The conditions on sessions `s` that recall keeps to (as the SQLite store's)."""
+) -> tuple[str, list[object]] | None:
+    """The conditions on sessions `s` that recall keeps to (as recall.scope_where does for
+    SQLite), or None when no session passes them (a first conversation: nothing to rank,
+    and recall runs on every turn)."""
     where = ""
     args: list[object] = []
     if agent is not None:
@@ -725,6 +726,10 @@ async def _scope(
         else:
             where += " AND (s.owner = %s OR s.chat = %s)"
             args += [owner, chat]
+    if where:
+        cursor = await db.execute(f"SELECT 1 FROM sessions s WHERE TRUE {where}", args)
+        if await cursor.fetchone() is None:
+            return None
     return where, args
 
 

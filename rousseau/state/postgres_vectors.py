@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rousseau.agent import StoreError
-from rousseau.state.postgres import PostgresStore, _scope
+from rousseau.state.postgres import PostgresStore, scope_where
 from rousseau.state.protocol import Recalled
 from rousseau.state.sqlite_vectors import NEAREST, snippet
 
@@ -106,7 +106,10 @@ class PostgresVectors:
             state = await _state(db)
             if state is None or state[:2] != (model, len(vector)):
                 return []
-            where, args = await _scope(db, exclude=exclude, scope_of=scope_of, agent=agent)
+            scoped = await scope_where(db, exclude=exclude, scope_of=scope_of, agent=agent)
+            if scoped is None:
+                return []
+            where, args = scoped
             # the index's search list bounds how many neighbours it yields (40 by default)
             await db.execute(f"SET LOCAL hnsw.ef_search = {NEAREST}")
             cursor = await db.execute(
