@@ -59,6 +59,18 @@ class Metrics:
         self.provider_tokens = Counter(
             "rousseau_provider_tokens", "Tokens used, by kind", ["kind"], registry=r
         )
+        self.cost_usd = Counter(
+            "rousseau_cost_usd",
+            "What model calls cost, in USD (by the price table), by agent",
+            ["agent"],
+            registry=r,
+        )
+        self.budget_refusals = Counter(
+            "rousseau_budget_refusals",
+            "Model calls not made because a spending limit was reached, by agent and limit",
+            ["agent", "limit"],
+            registry=r,
+        )
         self.memory_flushes = Counter(
             "rousseau_memory_flushes",
             "Flushes before a compaction, by outcome: saved (profile entries written), nothing"

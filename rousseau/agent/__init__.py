@@ -19,6 +19,7 @@ from rousseau.agent.approval import (
 from rousseau.agent.compress import Compressor, Flush, LLMCompressor, NoopCompressor
 from rousseau.agent.errors import (
     AgentError,
+    BudgetExceededError,
     ConfigError,
     EmptySessionError,
     MaxIterationsError,
@@ -76,6 +77,7 @@ __all__ = [
     "Approver",
     "AskingApprover",
     "Attachment",
+    "BudgetExceededError",
     "Compaction",
     "Compressor",
     "ConfigError",

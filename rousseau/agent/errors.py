@@ -4,7 +4,8 @@
     ├── AgentError
     │   ├── EmptySessionError      agent: empty session
     │   ├── ToolNotFoundError      agent: tool not found: NAME
-    │   └── MaxIterationsError     agent: max iterations exceeded
+    │   ├── MaxIterationsError     agent: max iterations exceeded
+    │   └── BudgetExceededError    a spending limit is reached: no model call until it resets
     ├── ProviderError              one line: provider, HTTP status, what to check
     │   ├── ProviderAuthError        401/403: the key or its permissions
     │   ├── ProviderRateLimitError   429, after the retries the SDK made
@@ -52,6 +53,15 @@ class MaxIterationsError(AgentError):
     def __init__(self, max_iterations: int) -> None:
         super().__init__("agent: max iterations exceeded")
         self.max_iterations = max_iterations
+
+
+class BudgetExceededError(AgentError):
+    """A spending limit is reached: no model is called for it until its period turns."""
+
+    def __init__(self, limit: str, detail: str) -> None:
+        super().__init__(f"budget: {detail}")
+        self.limit = limit
+        """The limit reached: daily_usd, monthly_usd, daily_tokens or per_sender_daily_usd."""
 
 
 class ProviderError(RousseauError):

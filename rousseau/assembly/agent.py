@@ -207,11 +207,13 @@ def build_agent(
     profiles: ProfileStore | None = None,
     metrics: Metrics | None = None,
     meaning: VectorRecall | None = None,
+    compaction: Provider | None = None,
 ) -> Agent:
     """The agent `config.agent` describes (see Config.for_agent for one of `agents:`),
     called `name`: its recall searches only its own sessions, and its memory (with
     `profiles`) keeps its own profiles of people; `metrics` counts its memory flushes;
-    `meaning` (with `embeddings`) makes its recall find by meaning too."""
+    `meaning` (with `embeddings`) makes its recall find by meaning too; `compaction` writes
+    its summaries and memory flushes (agent.models.compaction; unset: `provider`)."""
     from rousseau.skills import Skills
     from rousseau.state.recall import SQLiteRecall
 
@@ -225,12 +227,14 @@ def build_agent(
     if memory is not None and (allowed is None or Subset(registry, allowed).allows(memory.name)):
         from rousseau.tools.memory import MemoryFlush
 
-        flush = MemoryFlush(provider, memory, approver, audit=store, counted=_counter(metrics))
+        flush = MemoryFlush(
+            compaction or provider, memory, approver, audit=store, counted=_counter(metrics)
+        )
     options = Options(
         system_prompt=config.agent.system_prompt,
         max_iterations=config.agent.max_iterations,
         approver=approver,
-        compressor=build_compressor(config, provider, flush),
+        compressor=build_compressor(config, compaction or provider, flush),
         history_window=config.agent.history_messages,
         history=store,
         audit=store,
@@ -331,21 +335,25 @@ async def connected_agent(
 ) -> AsyncIterator[Agent]:
     """`build_agent` on `backend`, with the configured MCP servers' tools connected (and,
     with `embeddings`, recall by meaning) while it is in use."""
+    from rousseau.assembly.models import agent_models, build_meter
     from rousseau.mcp.client import mcp_tools
 
     registry = build_registry(config, name)
     hybrid = await hybrid_recall(config, backend)
+    meter = build_meter(config, backend.spending) if backend.spending is not None else None
+    models = agent_models(config.for_agent(name), provider, provider.name, agent=name, meter=meter)
     try:
         async with mcp_tools(config.mcp_servers, registry):
             yield build_agent(
                 config,
-                provider,
+                models.turn,
                 backend.store,
                 ask=ask,
                 registry=registry,
                 name=name,
                 profiles=backend.profiles,
                 meaning=hybrid[0] if hybrid is not None else None,
+                compaction=models.compaction,
             )
     finally:
         with anyio.CancelScope(shield=True):

@@ -21,7 +21,9 @@ from rousseau.agent.approval import AskFn
 from rousseau.agents import routes_of, turn_limits
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.assembly.agent import build_agent, build_approver, build_registry, hybrid_recall
+from rousseau.assembly.models import AgentModels, agent_models, build_meter
 from rousseau.config import Config, parse_rate
+from rousseau.costs import Meter
 from rousseau.cron import CronRunner, CronTool, Scheduler
 from rousseau.mcp.client import MCPConnection, mcp_tools
 from rousseau.media import MediaIntake, move_to_workspace
@@ -78,6 +80,10 @@ class Parts:
     close at the end."""
     indexer: Indexer | None = None
     """With `embeddings`: what embeds every message in the background."""
+    meter: Meter | None = None
+    """What checks budgets before model calls and records what they cost."""
+    models: dict[str, AgentModels] = dataclasses.field(default_factory=dict)
+    """Each agent's providers by job (turns, compaction, heartbeat, cron, delegation)."""
 
     def tools_connected(self) -> AbstractAsyncContextManager[list[MCPConnection]]:
         """The configured MCP servers connected, their tools given to every agent, while
@@ -163,15 +169,24 @@ async def assemble(
         approvals.relay = backend.cluster.approvals()  # answered on any daemon
     hybrid = await hybrid_recall(config, backend)
     meaning, indexer = hybrid if hybrid is not None else (None, None)
+    meter = None
+    if backend.spending is not None:
+        meter = build_meter(
+            config, backend.spending, metrics=metrics, told=backend.transport_state("costs")
+        )
+    models = {
+        DEFAULT_AGENT: agent_models(default, provider, name, meter=meter, made=made, store=store)
+    }
     agent = build_agent(
         default,
-        provider,
+        models[DEFAULT_AGENT].turn,
         store,
         registry=registry,
         ask=_ask(approvals, default),
         profiles=backend.profiles,
         metrics=metrics,
         meaning=meaning,
+        compaction=models[DEFAULT_AGENT].compaction,
     )
     registries = [registry]
     agents = _agents(
@@ -186,6 +201,8 @@ async def assemble(
         made,
         metrics,
         meaning,
+        meter,
+        models,
     )
     router = build_router(
         default,
@@ -197,8 +214,11 @@ async def assemble(
         media=media,
         metrics=metrics,
         policies=policies,
+        meter=meter,
     )
-    scheduler = _scheduler(config, router, backend, registry, metrics)
+    if meter is not None:
+        meter.notify = router.notify
+    scheduler = _scheduler(config, router, backend, registry, metrics, models)
     cron_tool.on_change = scheduler.wake
     if backend.cluster is not None:  # a page's reply goes out where the page is connected
         backend.cluster.stays = frozenset(
@@ -220,6 +240,8 @@ async def assemble(
         registries=registries,
         providers=made,
         indexer=indexer,
+        meter=meter,
+        models=models,
     )
 
 
@@ -234,6 +256,7 @@ def build_router(
     media: MediaIntake,
     metrics: Metrics,
     policies: dict[str, ChatPolicy],
+    meter: Meter | None = None,
 ) -> Router:
     """The router of `transports` (`config`: the default agent's), answering with `agent` or
     one of `agents`; chat approvals are announced through it and files admitted by it."""
@@ -270,6 +293,7 @@ def build_router(
             rl.max_keys,
         ),
         metrics=metrics,
+        meter=meter,
         settings=RouterSettings(
             denied_reply=rl.denied_reply,
             max_concurrent_turns=config.max_concurrent_turns,
@@ -323,10 +347,13 @@ def _agents(
     providers: list[Provider],
     metrics: Metrics,
     meaning: VectorRecall | None,
+    meter: Meter | None,
+    models: dict[str, AgentModels],
 ) -> dict[str, Agent]:
     """The agents of `agents:` but the default, each with its own workspace, tools (added to
     `registries`), recall, memory, approver and owners to ask, and (where it names another
-    provider or model) provider (added to `providers`)."""
+    provider or model) provider (added to `providers`); each one's providers by job join
+    `models`."""
     store = backend.store
     agents = {}
     for name in config.agents:
@@ -337,13 +364,16 @@ def _agents(
         if config.own_provider(name):
             used = LazyProvider(chosen, functools.partial(build_provider, own, chosen, store=store))
             providers.append(used)
+        models[name] = agent_models(
+            own, used, chosen, agent=name, meter=meter, made=providers, store=store
+        )
         # No cron tool: what a job runs on is the owner's choice (cron add --agent).
         registry = _tools(own, transports, media, name)
         registries.append(registry)
         ask = _ask(approvals, own)
         agents[name] = build_agent(
             own,
-            used,
+            models[name].turn,
             store,
             registry=registry,
             ask=ask,
@@ -351,6 +381,7 @@ def _agents(
             profiles=backend.profiles,
             metrics=metrics,
             meaning=meaning,
+            compaction=models[name].compaction,
         )
     return agents
 
@@ -363,18 +394,23 @@ def agent_config(config: Config, agent: str, detected: str) -> tuple[Config, str
 
 
 def _scheduler(
-    config: Config, router: Router, backend: Backend, registry: Registry, metrics: Metrics
+    config: Config,
+    router: Router,
+    backend: Backend,
+    registry: Registry,
+    metrics: Metrics,
+    models: dict[str, AgentModels],
 ) -> Scheduler:
     """The cron loop; a job's turn runs on the default agent (with the tools of `registry`),
     unattended: a call that would ask is denied, unless `cron.approver` says otherwise."""
     cron = config.cron
     store = backend.store
-    agent = router.agent
+    agent = on_model(router.agent, models[DEFAULT_AGENT].cron)
     if cron.approver is not None:
         approver = build_approver(config, section=cron.approver)
         agent = build_agent(
             config,
-            router.agent.provider,
+            models[DEFAULT_AGENT].cron,
             store,
             registry=registry,
             approver=approver,
@@ -383,13 +419,20 @@ def _scheduler(
         )
     runner = CronRunner(
         agent=agent,
-        agents=router.agents,
+        agents={name: on_model(a, models[name].cron) for name, a in router.agents.items()},
         store=store,
         notify=router.notify,
         timeout=cron.timeout,
         notify_failures=cron.notify_failures,
     )
     return Scheduler(jobs=backend.jobs, runner=runner, poll_interval=cron.poll_interval)
+
+
+def on_model(agent: Agent, provider: Provider) -> Agent:
+    """The agent with the same tools and options, asking `provider` (one for a job)."""
+    if provider is agent.provider:
+        return agent
+    return Agent(provider, agent.tools, agent.options)
 
 
 def _ask(approvals: ChatApprovals | None, config: Config) -> AskFn | None:

@@ -127,6 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
         " progress; stopped, it resumes where it was",
     ).set_defaults(func="memory:reindex")
 
+    spend = sub.add_parser(
+        "usage", help="what the models cost today and this month, by agent and person"
+    )
+    spend.add_argument("--agent", metavar="NAME", help="only this agent (default: every agent)")
+    spend.add_argument(
+        "--day", metavar="YYYY-MM-DD", help="the day (and its month) to show (default: today)"
+    )
+    spend.add_argument(
+        "--limit", type=int, default=20, help="people listed per agent at most (default: 20)"
+    )
+    spend.add_argument(
+        "--json", action="store_true", help="the figures as JSON (default: as text)"
+    )
+    spend.set_defaults(func="usage:usage")
+
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
     ksub = skills.add_subparsers(dest="action", metavar="ACTION", required=True)
     ksub.add_parser("list", help="each skill, its triggers and description").set_defaults(

@@ -73,6 +73,7 @@ def one(args: argparse.Namespace) -> int:
 async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
     """Run the turn here; a running daemon (or the next one) delivers the reply."""
     from rousseau.assembly import agent_config, build_agent
+    from rousseau.assembly.models import agent_models, build_meter
     from rousseau.cron import CronRunner, Scheduler
     from rousseau.policy import chat_policies as policies
     from rousseau.providers import build_provider, detect_provider
@@ -82,10 +83,23 @@ async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
     if (why := config.unknown_agent(job.agent)) is not None:
         fail(f"cron job {job.name} cannot run: {why}")
         return 1
+    whole = config
     config, name = agent_config(config, job.agent, name)
     store = backend.store
     provider = build_provider(config, name, store=store)
-    agent = build_agent(config, provider, store, name=job.agent, profiles=backend.profiles)
+    meter = None
+    if backend.spending is not None:  # its calls are costed and budgeted as the daemon's
+        meter = build_meter(whole, backend.spending, told=backend.transport_state("costs"))
+    made: list[Any] = []
+    models = agent_models(config, provider, name, agent=job.agent, meter=meter, made=made)
+    agent = build_agent(
+        config,
+        models.cron,
+        store,
+        name=job.agent,
+        profiles=backend.profiles,
+        compaction=models.compaction,
+    )
     try:
         transports = _target_transport(config, job.deliver_to.partition(":")[0])
         router = Router(
@@ -96,7 +110,10 @@ async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
             transports=transports,
             policies=policies(config),  # their reply headers
             rate_limiter=RateLimiter((1, 1.0), {}, 1),
+            meter=meter,
         )
+        if meter is not None:
+            meter.notify = router.notify
         runner = CronRunner(
             agent=agent,
             store=store,
@@ -106,7 +123,8 @@ async def _cron_run(config: Config, backend: Backend, job: Any) -> int:
         )
         outcome = await Scheduler(jobs=backend.jobs, runner=runner).run_now(job)
     finally:
-        await close_provider(provider)
+        for one in [provider, *made]:
+            await close_provider(one)
     if outcome.status != "ok":
         fail(f"cron job {job.name} failed: {outcome.error}")
         return 1

@@ -26,6 +26,7 @@ from rousseau.config.sections import (
     LogConfig,
     MCPServerConfig,
     MediaConfig,
+    PriceConfig,
     RateLimitConfig,
     RouteConfig,
     StateConfig,
@@ -47,6 +48,8 @@ from rousseau.config.web_tools import WebToolsConfig
 from rousseau.messages import DEFAULT_AGENT
 
 AGENT_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+NOT_INHERITED = frozenset({"heartbeat"})
+"""The keys of `agent:` that the agents of `agents:` do not take over."""
 
 
 class Config(Section):
@@ -105,6 +108,9 @@ class Config(Section):
     embeddings: EmbeddingsConfig | None = None
     """An embeddings endpoint: recall then finds what a message meant as well as the words it
     shares (messages are embedded in the background); unset, recall is by keywords."""
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    """Model prices in USD per million tokens, by model name, over the built-in table (a
+    model in neither is costed as zero, with one warning)."""
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
     """External MCP servers by name, whose tools the agent may call as SERVER__TOOL."""
     health: HealthConfig | None = None
@@ -147,6 +153,8 @@ class Config(Section):
         if isinstance(data, dict) and isinstance(data.get("agents"), dict):
             base = data.get("agent") or {}
             if isinstance(base, dict):
+                # A heartbeat is one agent's own: inherited, every agent would check in.
+                base = {k: v for k, v in base.items() if k not in NOT_INHERITED}
                 agents = {
                     name: {**base, **agent} if isinstance(agent, dict) else agent
                     for name, agent in data["agents"].items()
@@ -158,6 +166,13 @@ class Config(Section):
     def _agents_named_exist(self) -> Config:
         named = [("default_agent", self.default_agent)]
         named += [(f"routes[{i}].agent", r.agent) for i, r in enumerate(self.routes)]
+        sections = {"agent": self.agent, **{f"agents.{n}": a for n, a in self.agents.items()}}
+        named += [
+            (f"{key}.delegation.agents[{i}]", name)
+            for key, section in sections.items()
+            if section.delegation is not None
+            for i, name in enumerate(section.delegation.agents)
+        ]
         named += [
             (f"{name}.agent", section.agent)
             for name in type(self).model_fields

@@ -137,6 +137,96 @@ class EmbeddingsConfig(Section):
         return value
 
 
+class DelegationConfig(Section):
+    agents: list[str] = Field(default_factory=list)
+    """The agents (of `agents:`) the delegate tool may hand a task to; a task naming none
+    goes to a fresh sub-agent with some of the caller's tools."""
+    max_children: int = Field(default=4, ge=1, le=32)
+    """Sub-agents of one turn running at once; more wait for a free place."""
+    max_depth: int = Field(default=2, ge=1, le=8)
+    """How deep sub-agents may nest (1: a sub-agent cannot delegate in turn)."""
+
+
+_HOURS = re.compile(r"^([01]\d|2[0-4]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)$")
+
+
+class HeartbeatConfig(Section):
+    every: Duration = 1800.0
+    """How often the agent looks whether something needs saying (at least a minute)."""
+    prompt: str = (
+        "This is a scheduled check-in, not a message from the person. Look at HEARTBEAT.md"
+        " (if given below) and what you know: is anything due or worth telling them now?"
+        " If so, write it briefly. If nothing needs their attention, answer exactly NOTHING."
+    )
+    """What the heartbeat's turn is asked; HEARTBEAT.md in the agent's workspace follows."""
+    deliver_to: str
+    """`transport:chat` where what the heartbeat finds is sent."""
+    active_hours: str = "00:00-24:00"
+    """`HH:MM-HH:MM` in cron.timezone: heartbeats only run inside it (it may span midnight,
+    22:00-06:00)."""
+
+    @field_validator("every")
+    @classmethod
+    def _not_too_often(cls, value: float) -> float:
+        if value < 60:
+            raise ValueError("at least 1m")
+        return value
+
+    @field_validator("deliver_to")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        transport, _, chat = value.partition(":")
+        if not transport or not chat:
+            raise ValueError(f"{value!r} is not transport:chat (e.g. telegram:12345)")
+        return value
+
+    @field_validator("active_hours")
+    @classmethod
+    def _hours(cls, value: str) -> str:
+        value = value.replace(" ", "")
+        if _HOURS.match(value) is None:
+            raise ValueError(f"{value!r} is not HH:MM-HH:MM (e.g. 08:00-22:00)")
+        return value
+
+
+class BudgetConfig(Section):
+    daily_usd: float | None = Field(default=None, ge=0)
+    """The most this agent may spend on models in a day (in cron.timezone)."""
+    monthly_usd: float | None = Field(default=None, ge=0)
+    """The most it may spend in a calendar month."""
+    daily_tokens: int | None = Field(default=None, ge=0)
+    """The most tokens (input, output and cache together) it may use in a day."""
+    per_sender_daily_usd: float | None = Field(default=None, ge=0)
+    """The most one person's messages may cost in a day."""
+
+
+_MODEL_REF = r"^[A-Za-z0-9_.:/@+-]+$"
+
+
+class ModelsConfig(Section):
+    compaction: Annotated[str, StringConstraints(pattern=_MODEL_REF)] | None = None
+    """`provider:model` (or a model of the agent's own provider) that writes summaries."""
+    vision: Annotated[str, StringConstraints(pattern=_MODEL_REF)] | None = None
+    """The model asked instead when a request carries an image."""
+    heartbeat: Annotated[str, StringConstraints(pattern=_MODEL_REF)] | None = None
+    """The model of heartbeat turns."""
+    cron: Annotated[str, StringConstraints(pattern=_MODEL_REF)] | None = None
+    """The model of cron jobs' turns."""
+    delegation: Annotated[str, StringConstraints(pattern=_MODEL_REF)] | None = None
+    """The model of fresh sub-agents (an agent named in delegation.agents keeps its own)."""
+
+
+class PriceConfig(Section):
+    input: float = Field(ge=0)
+    """USD per million input tokens."""
+    output: float = Field(ge=0)
+    """USD per million output tokens."""
+    cache_read: float | None = Field(default=None, ge=0)
+    """USD per million tokens read from the prompt cache; unset: a tenth of input."""
+    cache_write: float | None = Field(default=None, ge=0)
+    """USD per million tokens written to the prompt cache; unset: 1.25 times input."""
+
+
 class AgentConfig(Section):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     """The instructions the model is given on every turn."""
@@ -185,6 +275,15 @@ class AgentConfig(Section):
     max_concurrent_turns: int | None = Field(default=None, ge=1)
     """This agent's turns running at once, within the daemon's max_concurrent_turns; unset:
     no limit of its own."""
+    delegation: DelegationConfig | None = None
+    """The delegate tool: handing tasks to other agents or to sub-agents; unset: no delegate
+    tool."""
+    heartbeat: HeartbeatConfig | None = None
+    """Check-ins the agent makes on its own, delivered where it says; unset: none."""
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    """Spending limits, checked before every model call of this agent; unset: none."""
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    """Models for background work (a cheaper one, say); unset: the agent's own."""
 
 
 class RouteConfig(Section):

@@ -17,7 +17,8 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from rousseau.agent import Agent, Attachment
+from rousseau.agent import Agent, Attachment, BudgetExceededError
+from rousseau.costs import Payer, paying
 from rousseau.cron.jobs import CronError, schedule_of, target_of
 from rousseau.cron.schedule import Schedule, ScheduleError
 from rousseau.messages import DEFAULT_AGENT, OutgoingFiles, outgoing_files
@@ -80,11 +81,15 @@ class CronRunner:
         with structlog.contextvars.bound_contextvars(job=job.name, session=session.id):
             outgoing = OutgoingFiles(transport=transport)
             outgoing_files.set(outgoing)  # send_file in a job: the files go with its reply
+            paying.set(Payer(agent=job.agent, session_id=session.id, job="cron"))
             try:
                 agent = self._agent_of(job)
                 with anyio.fail_after(self.timeout):
                     response = await agent.reply(session, job.prompt, unattended=True)
                 text = response.message.text.strip() or f"(cron job {job.name}: no reply)"
+            except BudgetExceededError as exc:  # the owners are told by the meter, once a day
+                log.warning("cron.over_budget", error=str(exc))
+                return RunOutcome("skipped", session.id, error=str(exc))
             except Exception as exc:
                 error = _one_line(exc)
                 log.warning("cron.failed", error=error)

@@ -333,8 +333,11 @@ def _usage(usage: dict[str, Any] | None) -> Usage:
     if not usage:
         return Usage()
     details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") or 0
+    # Usage counts input as Anthropic does: what the cache supplied is not counted again
+    # (OpenAI's prompt_tokens includes it), so each token is priced once.
     return Usage(
-        input_tokens=usage.get("prompt_tokens") or 0,
+        input_tokens=max(0, (usage.get("prompt_tokens") or 0) - cached),
         output_tokens=usage.get("completion_tokens") or 0,
-        cache_read_tokens=details.get("cached_tokens") or 0,
+        cache_read_tokens=cached,
     )

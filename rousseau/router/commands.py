@@ -16,6 +16,7 @@ import anyio
 import structlog
 
 from rousseau.approvals import ChatApprovals
+from rousseau.costs import Meter
 from rousseau.messages import Inbound, KeyValue
 from rousseau.policy import Admission, Admitted, Verdict
 from rousseau.router.sessions import Sessions
@@ -46,6 +47,8 @@ class Context:
     approvals: ChatApprovals | None
     profiles: Mapping[str, ProfileStore]
     """Where each agent that keeps people's profiles keeps them (/memory, /forget)."""
+    meter: Meter | None = None
+    """What model calls cost and the budgets (/usage)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -158,6 +161,18 @@ async def _forget(ctx: Context, inbound: Inbound) -> str:
     return f"Forgotten: {gone.text}" if gone is not None else "It was gone already."
 
 
+async def _usage(ctx: Context, inbound: Inbound) -> str:
+    """Today's and this month's tokens and cost of this chat's agent, and of the person
+    asking (their own only in a private chat, as /memory)."""
+    meter = ctx.meter
+    if meter is None:
+        return "Usage is not recorded here."
+    from rousseau.costs.report import usage_lines
+
+    person = f"{inbound.transport}:{inbound.sender_id}"
+    return await usage_lines(meter, inbound.agent, None if inbound.is_group else person)
+
+
 async def _approval_answer(ctx: Context, inbound: Inbound) -> bool:
     """An owner's `yes ID` / `no ID` (in groups too, mention or not); from a stranger it is
     an ordinary message."""
@@ -178,6 +193,7 @@ COMMANDS: tuple[Command | Answer, ...] = (
     Command(names=("/stop",), usage="stop the answer being written", at_once=True, run=_stop),
     Command(names=("/memory",), usage="what I keep about you, numbered", run=_memory),
     Command(names=("/forget",), usage="/forget N deletes entry N of /memory", run=_forget),
+    Command(names=("/usage",), usage="today's and this month's tokens and cost", run=_usage),
     Command(names=("/help",), usage="this message", run=_help),
     Answer(claims=_approval_answer, run=_settle),
 )

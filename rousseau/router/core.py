@@ -28,6 +28,7 @@ from rousseau.agent import Agent, Attachment
 from rousseau.agents import Routes
 from rousseau.approvals import ChatApprovals
 from rousseau.backoff import backoff
+from rousseau.costs import Meter
 from rousseau.delivery import Courier
 from rousseau.messages import Inbound, KeyValue
 from rousseau.metrics import Metrics
@@ -99,6 +100,8 @@ class Router:
     """The inbox, outbox and chat map; None: DaemonState beside a SQLite `store`."""
     transport_state: Callable[[str], KeyValue] | None = None
     """A transport's own durable state; None: TransportState beside a SQLite `store`."""
+    meter: Meter | None = None
+    """The budgets and what the models cost (/usage)."""
     shared: SharedState | None = None
     """Where several daemons share the store: each turn holds its session (see
     router/sharing.py), and messages taken in while every turn slot is busy are handed over
@@ -156,6 +159,7 @@ class Router:
             admission=self.admission,
             approvals=self.approvals,
             profiles=self.profiles,
+            meter=self.meter,
         )
         self._sharing: Sharing | None = None
         if self.shared is not None:
@@ -259,8 +263,7 @@ class Router:
         else:
             item.attempts += 1
         if full or item.attempts < MAX_ATTEMPTS:
-            tries = item.attempts + item.waits
-            delay = backoff(tries, base=0.25, cap=RETRY_CAP)
+            delay = backoff(item.attempts + item.waits, base=0.25, cap=RETRY_CAP)
             log.warning(
                 "router.turn_retry",
                 message=item.inbound.message_id,
@@ -290,11 +293,9 @@ class Router:
 
     async def _process(self, item: _Item) -> None:
         inbound = item.inbound
+        where = {"transport": inbound.transport, "chat": inbound.chat_id}
         with structlog.contextvars.bound_contextvars(
-            transport=inbound.transport,
-            chat=inbound.chat_id,
-            message=inbound.message_id,
-            agent=inbound.agent,
+            **where, message=inbound.message_id, agent=inbound.agent
         ):
             retried = item.replay or bool(item.attempts or item.waits)
             if self._sharing:  # holding its session, after its chat's earlier messages
@@ -376,10 +377,8 @@ class Router:
 
     async def drain(self, grace: float) -> bool:
         """Stop intake; give in-flight turns and their replies `grace` seconds to finish.
-
         True if everything finished and was delivered; what was not stays pending on disk
-        and is picked up at the next start.
-        """
+        and is picked up at the next start."""
         self._closing = True
         with anyio.move_on_after(grace):
             await self.wait_idle()

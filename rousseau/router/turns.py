@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 from rousseau.agent import (
     Agent,
     Attachment,
+    BudgetExceededError,
     Content,
     Message,
     Response,
@@ -31,6 +32,7 @@ from rousseau.agent import (
     StreamEvent,
     StreamEventKind,
 )
+from rousseau.costs import Payer, paying, refusal
 from rousseau.messages import Inbound, KeyValue, OutgoingFiles, current_inbound, outgoing_files
 from rousseau.metrics import Metrics
 from rousseau.router.replies import Replies
@@ -185,6 +187,7 @@ class Turns:
         A `quiet` turn shows nothing in the chat before its answer (no typing, no preview)."""
         session = await self._sessions.get(inbound)
         current_inbound.set(inbound)  # this task's context: tools see which chat asked
+        paying.set(Payer.of(inbound, session.id))  # and whom its model calls are charged to
         with structlog.contextvars.bound_contextvars(session=session.id):
             progress = Progress()
             if retried:
@@ -326,7 +329,9 @@ class Turns:
             return STOPPED_MARK if preview is not None and preview.ids else ""
         if isinstance(failure, StoreError):
             raise failure
-        if isinstance(failure, TimeoutError):
+        if isinstance(failure, BudgetExceededError):  # logged (and the owners told) by the meter
+            text = refusal(failure)
+        elif isinstance(failure, TimeoutError):
             log.warning("router.turn_timeout", timeout=self._settings.turn_timeout)
             self._metrics.errors.labels(inbound.transport).inc()
             text = TIMEOUT_REPLY

@@ -17,6 +17,7 @@ from rousseau.state.protocol import (
     JobStore,
     ProfileStore,
     SessionStore,
+    SpendingStore,
     VectorStore,
 )
 from rousseau.state.sqlite_cron import SqliteCronJobs
@@ -46,6 +47,8 @@ class Backend:
     """Where several daemons share the state: this daemon's membership and claims."""
     vectors: VectorStore | None = None
     """The messages' embeddings, where `embeddings` is configured."""
+    spending: SpendingStore | None = None
+    """What every model call cost (None only where a caller built a Backend without it)."""
 
     async def aclose(self) -> None:
         """A clean stop: this daemon's claims are freed for the others, then the store is
@@ -68,6 +71,7 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
     `daemon` joins the daemons sharing a PostgreSQL store (a command does not)."""
     if config.state.url is None:
         from rousseau.state.sqlite_profiles import SqliteProfiles
+        from rousseau.state.sqlite_spending import SqliteSpending
 
         vectors = None
         if config.embeddings is not None:
@@ -85,11 +89,13 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
             transport_state=functools.partial(TransportState, store),
             profiles=SqliteProfiles(store),
             vectors=vectors,
+            spending=SqliteSpending(store),
         )
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_cron import PostgresCronJobs
     from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
     from rousseau.state.postgres_profiles import PostgresProfiles
+    from rousseau.state.postgres_spending import PostgresSpending
 
     pg = await PostgresStore.open(config.state.url.get_secret_value())
     state = PostgresDaemonState(pg, lease=config.state.lease)
@@ -101,6 +107,7 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
         jobs=PostgresCronJobs(pg),
         transport_state=functools.partial(PostgresTransportState, pg),
         profiles=PostgresProfiles(pg),
+        spending=PostgresSpending(pg),
         cluster=state if daemon else None,
         vectors=_pg_vectors(pg) if config.embeddings is not None else None,
     )

@@ -379,6 +379,38 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        22,
+        "spending: what each model call cost, and each agent's and person's day",
+        (
+            """CREATE TABLE model_calls (
+                id INTEGER PRIMARY KEY,
+                at REAL NOT NULL,
+                day TEXT NOT NULL,
+                agent TEXT NOT NULL,
+                person TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                job TEXT NOT NULL,
+                model TEXT NOT NULL,
+                input_tokens INTEGER NOT NULL,
+                output_tokens INTEGER NOT NULL,
+                cache_read_tokens INTEGER NOT NULL,
+                cache_write_tokens INTEGER NOT NULL,
+                usd REAL NOT NULL
+            )""",
+            "CREATE INDEX model_calls_session ON model_calls (session_id)",
+            "CREATE INDEX model_calls_day ON model_calls (day)",
+            """CREATE TABLE spending_days (
+                agent TEXT NOT NULL,
+                person TEXT NOT NULL,
+                day TEXT NOT NULL,
+                calls INTEGER NOT NULL,
+                tokens INTEGER NOT NULL,
+                usd REAL NOT NULL,
+                PRIMARY KEY (agent, person, day)
+            )""",
+        ),
+    ),
 )
 
 

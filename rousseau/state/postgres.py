@@ -278,6 +278,38 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        8,
+        "spending: what each model call cost, and each agent's and person's day",
+        (
+            """CREATE TABLE model_calls (
+                id BIGSERIAL PRIMARY KEY,
+                at DOUBLE PRECISION NOT NULL,
+                day TEXT NOT NULL,
+                agent TEXT NOT NULL,
+                person TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                job TEXT NOT NULL,
+                model TEXT NOT NULL,
+                input_tokens BIGINT NOT NULL,
+                output_tokens BIGINT NOT NULL,
+                cache_read_tokens BIGINT NOT NULL,
+                cache_write_tokens BIGINT NOT NULL,
+                usd DOUBLE PRECISION NOT NULL
+            )""",
+            "CREATE INDEX model_calls_session ON model_calls (session_id)",
+            "CREATE INDEX model_calls_day ON model_calls (day)",
+            """CREATE TABLE spending_days (
+                agent TEXT NOT NULL,
+                person TEXT NOT NULL,
+                day TEXT NOT NULL,
+                calls BIGINT NOT NULL,
+                tokens BIGINT NOT NULL,
+                usd DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (agent, person, day)
+            )""",
+        ),
+    ),
 )
 
 

@@ -17,6 +17,7 @@ from rousseau.agent import Attachment, Role, Session, Usage
 from rousseau.agent.protocols import AuditLog, MessageLog, ToolCallRecord
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.state.records import (
+    Charge,
     CronJob,
     CronRun,
     ImportedSession,
@@ -30,6 +31,8 @@ from rousseau.state.records import (
     Retention,
     RunStatus,
     SessionCopied,
+    Spending,
+    SpendingRow,
 )
 
 if TYPE_CHECKING:
@@ -294,6 +297,31 @@ class JobStore(Protocol):
 
     async def runs(self, job_id: int | None = None, limit: int = 50) -> list[CronRun]:
         """The newest runs first, of one job or of all."""
+        ...
+
+
+class SpendingStore(Protocol):
+    """What every model call cost, per agent, person, session and day (SqliteSpending,
+    PostgresSpending): a call and its day's totals are written in one transaction, so two
+    daemons sharing the database read one budget."""
+
+    async def record(self, charge: Charge) -> None:
+        """Keep one call's cost (it may be queued: a later read on this store sees it)."""
+        ...
+
+    async def spending(self, agent: str, person: str, day: str) -> Spending:
+        """An agent's spending on `day` and in its month, and `person`'s on `day`."""
+        ...
+
+    async def report(
+        self, first: str, last: str, *, agent: str | None = None, person: str | None = None
+    ) -> list[SpendingRow]:
+        """Spending from day `first` to `last` by agent and person (ALL_PEOPLE: the agent's
+        total), the costliest first."""
+        ...
+
+    async def session_cost(self, session_id: str) -> float:
+        """What the calls charged to a session cost, in USD."""
         ...
 
 

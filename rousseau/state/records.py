@@ -337,3 +337,124 @@ def over_bound(used: int, was: int, now: int, max_chars: int) -> bool:
     a profile over a bound lowered since can still be consolidated."""
     after = used - was + now
     return after > max_chars and after > used
+
+
+# -- spending ---------------------------------------------------------------------------------
+
+ALL_PEOPLE = "*"
+"""The person of an agent's own daily total among the spending rows."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Charge:
+    """One model call and what it cost, as the ledger keeps it."""
+
+    at: float
+    day: str
+    """`YYYY-MM-DD` in the configured time zone: the day its budget counts it in."""
+    agent: str
+    person: str
+    """Who it was for (`transport:sender`); empty for work nobody asked for (cron,
+    heartbeats) and for the terminal."""
+    session_id: str
+    """The session it is charged to (a sub-agent's calls: its parent's)."""
+    job: str
+    """What called the model: turn, cron, heartbeat, compaction, vision, delegation."""
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        cached = self.cache_read_tokens + self.cache_write_tokens
+        return self.input_tokens + self.output_tokens + cached
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Spent:
+    """What was spent in a period: dollars and tokens, and in how many calls."""
+
+    usd: float = 0.0
+    tokens: int = 0
+    calls: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Spending:
+    """What a budget check needs: an agent's day and month, and one person's day."""
+
+    day: Spent = field(default_factory=Spent)
+    month: Spent = field(default_factory=Spent)
+    person_day: Spent = field(default_factory=Spent)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpendingRow:
+    """A line of a usage report: one agent's (and person's, or ALL_PEOPLE) spending."""
+
+    agent: str
+    person: str
+    spent: Spent
+
+
+def month_of(day: str) -> tuple[str, str]:
+    """The first and last possible day of `day`'s month, as days are written."""
+    return day[:7] + "-01", day[:7] + "-31"
+
+
+SPENDING_UPSERT = (
+    "INSERT INTO spending_days (agent, person, day, calls, tokens, usd) VALUES ({p}, {p}, {p}, 1,"
+    " {p}, {p}) ON CONFLICT (agent, person, day) DO UPDATE SET calls = spending_days.calls + 1,"
+    " tokens = spending_days.tokens + excluded.tokens, usd = spending_days.usd + excluded.usd"
+)
+"""Adds one call to an agent's (or a person's) day; {p}: the backend's placeholder."""
+CHARGE_INSERT = (
+    "INSERT INTO model_calls (at, day, agent, person, session_id, job, model, input_tokens,"
+    " output_tokens, cache_read_tokens, cache_write_tokens, usd)"
+    " VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+)
+SPENT_SELECT = (
+    "SELECT coalesce(sum(usd), 0), coalesce(sum(tokens), 0), coalesce(sum(calls), 0)"
+    " FROM spending_days WHERE agent = {p} AND person = {p} AND day >= {p} AND day <= {p}"
+)
+REPORT_SELECT = (
+    "SELECT agent, person, sum(usd), sum(tokens), sum(calls) FROM spending_days"
+    " WHERE day >= {p} AND day <= {p}{where} GROUP BY agent, person ORDER BY sum(usd) DESC,"
+    " agent, person"
+)
+
+
+def charge_args(charge: Charge) -> tuple[Any, ...]:
+    return (
+        charge.at,
+        charge.day,
+        charge.agent,
+        charge.person,
+        charge.session_id,
+        charge.job,
+        charge.model,
+        charge.input_tokens,
+        charge.output_tokens,
+        charge.cache_read_tokens,
+        charge.cache_write_tokens,
+        charge.usd,
+    )
+
+
+def spent_of(row: Any) -> Spent:
+    return Spent(usd=float(row[0] or 0), tokens=int(row[1] or 0), calls=int(row[2] or 0))
+
+
+def report_where(agent: str | None, person: str | None, placeholder: str) -> tuple[str, list[str]]:
+    """The report's filter: one agent's rows, and one person's or everyone's but the totals."""
+    where, args = "", []
+    if agent is not None:
+        where += f" AND agent = {placeholder}"
+        args.append(agent)
+    if person is not None:
+        where += f" AND person = {placeholder}"
+        args.append(person)
+    return where, args

@@ -248,7 +248,9 @@ class _Call:
 
     def usage_json(self) -> dict[str, Any]:
         """The usage in OpenAI's shape."""
-        prompt, completion = self.usage.input_tokens, self.usage.output_tokens
+        u = self.usage
+        prompt = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens  # all it read
+        completion = u.output_tokens
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
