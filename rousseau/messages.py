@@ -29,6 +29,7 @@ __all__ = [
     "outgoing_files",
     "person_of_turn",
     "turn_person",
+    "turn_status",
 ]
 
 DEFAULT_AGENT = "default"
@@ -131,6 +132,10 @@ class OutgoingFiles:
 
 outgoing_files: ContextVar[OutgoingFiles | None] = ContextVar("outgoing_files", default=None)
 """Set while a turn whose answer goes to a chat runs (see OutgoingFiles)."""
+
+turn_status: ContextVar[Callable[[str], None] | None] = ContextVar("turn_status", default=None)
+"""Where a running turn's progress line goes (its streamed preview's status), for work done
+out of the model's sight (a sub-agent's steps); None where nothing shows it."""
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
 """Takes an inbound message and returns once it is safely persisted (then the adapter acks)."""

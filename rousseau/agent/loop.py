@@ -177,13 +177,14 @@ class Agent:
                     return
                 results: list[ToolResult] = []
                 try:
-                    for use in uses:
-                        yield StreamEvent(kind=StreamEventKind.TOOL_CALL, tool_use=use)
-                        result, denied = await self._run_tool(session, use, unattended=unattended)
-                        results.append(result)
-                        yield StreamEvent(
-                            kind=StreamEventKind.TOOL_RESULT, tool_result=result, denied=denied
-                        )
+                    for batch in self._batches(uses):
+                        for use in batch:
+                            yield StreamEvent(kind=StreamEventKind.TOOL_CALL, tool_use=use)
+                        for result, denied in await self._run_batch(session, batch, unattended):
+                            results.append(result)
+                            yield StreamEvent(
+                                kind=StreamEventKind.TOOL_RESULT, tool_result=result, denied=denied
+                            )
                 except BaseException:
                     # Cancelled between calls: record what ran and close the rest, so the session
                     # can be continued without a dangling tool call.
@@ -262,6 +263,44 @@ class Agent:
         session.messages.append(message)
         if self.options.history is not None:
             await self.options.history.append_message(session.id, message, usage)
+
+    def _batches(self, uses: list[ToolUse]) -> list[list[ToolUse]]:
+        """The calls in order, those next to each other that may run side by side (a tool
+        saying `parallel`, such as delegate) together, each other call alone."""
+        batches: list[list[ToolUse]] = []
+        side_by_side = False
+        for use in uses:
+            parallel = self._parallel(use.name)
+            if parallel and side_by_side:
+                batches[-1].append(use)
+            else:
+                batches.append([use])
+            side_by_side = parallel
+        return batches
+
+    def _parallel(self, name: str) -> bool:
+        if self.tools is None:
+            return False
+        try:
+            return getattr(self.tools.get(name), "parallel", False) is True
+        except ToolNotFoundError:
+            return False
+
+    async def _run_batch(
+        self, session: Session, batch: list[ToolUse], unattended: bool
+    ) -> list[tuple[ToolResult, bool]]:
+        """Run the calls of a batch, side by side where there are several; results in order."""
+        if len(batch) == 1:
+            return [await self._run_tool(session, batch[0], unattended=unattended)]
+        done: dict[int, tuple[ToolResult, bool]] = {}
+
+        async def one(i: int, use: ToolUse) -> None:
+            done[i] = await self._run_tool(session, use, unattended=unattended)
+
+        async with anyio.create_task_group() as tg:
+            for i, use in enumerate(batch):
+                tg.start_soon(one, i, use)
+        return [done[i] for i in range(len(batch))]
 
     async def _run_tool(
         self, session: Session, use: ToolUse, *, unattended: bool
@@ -404,7 +443,7 @@ async def _attempt(
     if not decision.allow:
         log.info("agent.tool_denied", session=session_id, tool=use.name, by=decision.by)
         return error(f"denied: {decision.reason or 'not approved'}"), decision
-    call = ToolCall(session_id=session_id, tool_use_id=use.id)
+    call = ToolCall(session_id=session_id, tool_use_id=use.id, meta={"unattended": unattended})
     try:
         # A copy of the checked input: nothing that still holds the original can change it now.
         output = await tool.execute(copy.deepcopy(use.input), call)

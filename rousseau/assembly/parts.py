@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from anyio.streams.stapled import MultiListener
 
     from rousseau.state.hybrid import Indexer, VectorRecall
+    from rousseau.tools.delegate import DelegateTool
 
 log = structlog.get_logger("rousseau.daemon")
 
@@ -157,6 +158,7 @@ async def assemble(
     default = config.for_agent(DEFAULT_AGENT)
     store = backend.store
     registry = _tools(default, transports, media)
+    delegates = {DEFAULT_AGENT: _delegate(default, registry, backend)}
     cron_tool = CronTool(backend.jobs, timezone=default.cron.timezone)
     registry.register(cron_tool)
     sections = [default.agent, *default.agents.values()]
@@ -203,7 +205,9 @@ async def assemble(
         meaning,
         meter,
         models,
+        delegates,
     )
+    _bind_delegates(config, delegates, {DEFAULT_AGENT: agent, **agents}, models)
     router = build_router(
         default,
         backend,
@@ -349,6 +353,7 @@ def _agents(
     meaning: VectorRecall | None,
     meter: Meter | None,
     models: dict[str, AgentModels],
+    delegates: dict[str, DelegateTool | None],
 ) -> dict[str, Agent]:
     """The agents of `agents:` but the default, each with its own workspace, tools (added to
     `registries`), recall, memory, approver and owners to ask, and (where it names another
@@ -370,6 +375,7 @@ def _agents(
         # No cron tool: what a job runs on is the owner's choice (cron add --agent).
         registry = _tools(own, transports, media, name)
         registries.append(registry)
+        delegates[name] = _delegate(own, registry, backend, name)
         ask = _ask(approvals, own)
         agents[name] = build_agent(
             own,
@@ -384,6 +390,48 @@ def _agents(
             compaction=models[name].compaction,
         )
     return agents
+
+
+def _delegate(
+    config: Config, registry: Registry, backend: Backend, agent: str = DEFAULT_AGENT
+) -> DelegateTool | None:
+    """The delegate tool in the agent's registry, where `agent.delegation` is set."""
+    section = config.agent.delegation
+    if section is None:
+        return None
+    from rousseau.tools.delegate import DelegateTool
+
+    tool = DelegateTool(
+        agent=agent,
+        store=backend.store,
+        agents=section.agents,
+        max_children=section.max_children,
+        max_depth=section.max_depth,
+    )
+    registry.register(tool)
+    return tool
+
+
+def _bind_delegates(
+    config: Config,
+    delegates: Mapping[str, DelegateTool | None],
+    agents: Mapping[str, Agent],
+    models: Mapping[str, AgentModels],
+) -> None:
+    """Each delegate tool given its agent, the agents it may hand tasks to, and the model of
+    its fresh sub-agents, now that every agent is built."""
+    from rousseau.tools.delegate import Delegation
+
+    for name, tool in delegates.items():
+        if tool is None:
+            continue
+        tool.bind(
+            Delegation(
+                caller=agents[name],
+                agents={n: agents[n] for n in tool.allowed if n in agents},
+                provider=models[name].delegation,
+            )
+        )
 
 
 def agent_config(config: Config, agent: str, detected: str) -> tuple[Config, str]:

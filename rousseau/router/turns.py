@@ -33,7 +33,14 @@ from rousseau.agent import (
     StreamEventKind,
 )
 from rousseau.costs import Payer, paying, refusal
-from rousseau.messages import Inbound, KeyValue, OutgoingFiles, current_inbound, outgoing_files
+from rousseau.messages import (
+    Inbound,
+    KeyValue,
+    OutgoingFiles,
+    current_inbound,
+    outgoing_files,
+    turn_status,
+)
 from rousseau.metrics import Metrics
 from rousseau.router.replies import Replies
 from rousseau.router.sessions import Sessions
@@ -59,8 +66,7 @@ STOPPED_MARK = "(stopped)"
 """What a stopped turn's preview is left showing."""
 TYPING_EVERY = 4.0
 TYPING_AFTER = 0.5  # a reply faster than this needs no typing indicator
-_HINTED = "rousseau.voice_hint:"
-"""A chat's key, among its transport's state, once it was given the voice hint."""
+_HINTED = "rousseau.voice_hint:"  # + chat id: a transport's state key, once it had the hint
 
 _previewing: ContextVar[Preview | None] = ContextVar("previewing", default=None)
 """The preview of the turn this task runs, if its reply streams (an approval wait shows in it)."""
@@ -367,9 +373,11 @@ class Turns:
                 preview.next_step()
 
         token = _previewing.set(preview)  # for this turn only: an approval wait shows in it
+        status = turn_status.set(preview.status if progress else None)  # sub-agents' steps
         try:
             return await agent.turn(session, on_event=show, flush=False)
         finally:
+            turn_status.reset(status)
             _previewing.reset(token)
 
     async def _typing(self, inbound: Inbound) -> None:

@@ -411,6 +411,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        23,
+        "sub-agents' sessions: the session that delegated each",
+        (
+            "ALTER TABLE sessions ADD COLUMN parent TEXT",
+            "CREATE INDEX sessions_parent ON sessions (parent)",
+        ),
+    ),
 )
 
 

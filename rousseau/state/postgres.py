@@ -21,7 +21,7 @@ import structlog
 from rousseau.agent import Compaction, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.messages import DEFAULT_AGENT
-from rousseau.state.migrations import Migration
+from rousseau.state.postgres_migrations import MIGRATIONS
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.recall import CANDIDATES, RANKED, probed, rarest, words_of
 from rousseau.state.records import ImportedSession, SessionCopied
@@ -45,273 +45,6 @@ log = structlog.get_logger("rousseau.state")
 
 MIGRATION_LOCK = 0x726F7573  # the advisory lock daemons starting at once take to migrate
 SNIPPET = "StartSel='',StopSel='',MaxWords=24,MinWords=12,ShortWord=1"
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        1,
-        "sessions, messages, provider-side session ids, audit trail, recall index",
-        (
-            """CREATE TABLE sessions (
-                id TEXT PRIMARY KEY,
-                title TEXT NOT NULL DEFAULT '',
-                created_at DOUBLE PRECISION NOT NULL,
-                updated_at DOUBLE PRECISION NOT NULL,
-                message_count INTEGER NOT NULL DEFAULT 0,
-                summary TEXT,
-                input_tokens BIGINT NOT NULL DEFAULT 0,
-                output_tokens BIGINT NOT NULL DEFAULT 0,
-                cache_read_tokens BIGINT NOT NULL DEFAULT 0,
-                cache_write_tokens BIGINT NOT NULL DEFAULT 0,
-                owner TEXT,
-                chat TEXT,
-                agent TEXT NOT NULL DEFAULT 'default'
-            )""",
-            "CREATE INDEX sessions_updated ON sessions (updated_at DESC)",
-            "CREATE INDEX sessions_owner ON sessions (owner)",
-            "CREATE INDEX sessions_chat ON sessions (chat)",
-            """CREATE TABLE messages (
-                id BIGSERIAL PRIMARY KEY,
-                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-                role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
-                content TEXT NOT NULL,
-                text TEXT NOT NULL DEFAULT '',
-                words TSVECTOR NOT NULL,
-                compacted BOOLEAN NOT NULL DEFAULT FALSE,
-                created_at DOUBLE PRECISION NOT NULL
-            )""",
-            "CREATE INDEX messages_session ON messages (session_id, id)",
-            "CREATE INDEX messages_words ON messages USING GIN (words)",
-            """CREATE TABLE external_sessions (
-                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-                provider TEXT NOT NULL,
-                external_id TEXT NOT NULL,
-                PRIMARY KEY (session_id, provider)
-            )""",
-            """CREATE TABLE tool_calls (
-                id BIGSERIAL PRIMARY KEY,
-                session_id TEXT NOT NULL,
-                tool TEXT NOT NULL,
-                input_digest TEXT NOT NULL,
-                decision TEXT NOT NULL,
-                decided_by TEXT NOT NULL,
-                reason TEXT NOT NULL,
-                started_at DOUBLE PRECISION NOT NULL,
-                duration DOUBLE PRECISION NOT NULL,
-                outcome TEXT NOT NULL
-            )""",
-            "CREATE INDEX tool_calls_at ON tool_calls (started_at DESC)",
-            "CREATE INDEX tool_calls_session ON tool_calls (session_id, started_at)",
-        ),
-    ),
-    Migration(
-        2,
-        "daemons and their claims: inbox, outbox, chat-to-session map",
-        (
-            """CREATE TABLE daemons (
-                id TEXT PRIMARY KEY,
-                host TEXT NOT NULL,
-                pid INTEGER NOT NULL,
-                started_at DOUBLE PRECISION NOT NULL,
-                beat_at DOUBLE PRECISION NOT NULL
-            )""",
-            """CREATE TABLE inbox (
-                transport TEXT NOT NULL,
-                message_id TEXT NOT NULL,
-                chat_id TEXT NOT NULL,
-                sender_id TEXT NOT NULL,
-                thread_id TEXT,
-                text TEXT NOT NULL,
-                is_group BOOLEAN NOT NULL DEFAULT FALSE,
-                mentioned BOOLEAN NOT NULL DEFAULT FALSE,
-                at DOUBLE PRECISION NOT NULL,
-                status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'ignored', 'failed')),
-                appended BIGINT NOT NULL DEFAULT 0,
-                received_at DOUBLE PRECISION NOT NULL,
-                error TEXT,
-                attachments TEXT,
-                refusal TEXT NOT NULL DEFAULT '',
-                files_out JSONB,
-                preview TEXT,
-                claimed_by TEXT,
-                PRIMARY KEY (transport, message_id)
-            )""",
-            "CREATE INDEX inbox_pending ON inbox (received_at) WHERE status = 'pending'",
-            "CREATE INDEX inbox_received ON inbox (received_at)",
-            """CREATE TABLE outbox (
-                id BIGSERIAL PRIMARY KEY,
-                transport TEXT NOT NULL,
-                chat_id TEXT NOT NULL,
-                thread_id TEXT,
-                reply_to TEXT,
-                text TEXT NOT NULL,
-                status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'failed')),
-                attempts INTEGER NOT NULL DEFAULT 0,
-                next_attempt_at DOUBLE PRECISION NOT NULL,
-                last_error TEXT,
-                created_at DOUBLE PRECISION NOT NULL,
-                sent_at DOUBLE PRECISION,
-                buttons TEXT,
-                attachment TEXT,
-                replaces TEXT,
-                claimed_by TEXT
-            )""",
-            "CREATE INDEX outbox_due ON outbox (transport, next_attempt_at)"
-            " WHERE status = 'pending'",
-            "CREATE INDEX outbox_finished ON outbox (created_at) WHERE status != 'pending'",
-            """CREATE TABLE chat_sessions (
-                session_key TEXT PRIMARY KEY,
-                session_id TEXT NOT NULL,
-                updated_at DOUBLE PRECISION NOT NULL
-            )""",
-        ),
-    ),
-    Migration(
-        3,
-        "transport state, pairing, cron jobs and runs",
-        (
-            """CREATE TABLE transport_state (
-                transport TEXT NOT NULL,
-                key TEXT NOT NULL,
-                value TEXT NOT NULL,
-                PRIMARY KEY (transport, key)
-            )""",
-            """CREATE TABLE pairing_codes (
-                code TEXT PRIMARY KEY,
-                transport TEXT NOT NULL,
-                sender_id TEXT NOT NULL,
-                chat_id TEXT NOT NULL,
-                created_at DOUBLE PRECISION NOT NULL,
-                expires_at DOUBLE PRECISION NOT NULL,
-                seq BIGSERIAL
-            )""",
-            """CREATE TABLE allowed_senders (
-                transport TEXT NOT NULL,
-                sender_id TEXT NOT NULL,
-                approved_at DOUBLE PRECISION NOT NULL,
-                PRIMARY KEY (transport, sender_id)
-            )""",
-            """CREATE TABLE cron_jobs (
-                id BIGSERIAL PRIMARY KEY,
-                name TEXT NOT NULL UNIQUE,
-                schedule TEXT NOT NULL,
-                timezone TEXT NOT NULL,
-                prompt TEXT NOT NULL,
-                deliver_to TEXT NOT NULL,
-                enabled BOOLEAN NOT NULL DEFAULT TRUE,
-                misfire TEXT NOT NULL DEFAULT 'run_once' CHECK (misfire IN ('run_once', 'skip')),
-                created_at DOUBLE PRECISION NOT NULL,
-                updated_at DOUBLE PRECISION NOT NULL,
-                last_run_at DOUBLE PRECISION,
-                last_status TEXT,
-                next_run_at DOUBLE PRECISION,
-                agent TEXT NOT NULL DEFAULT 'default'
-            )""",
-            """CREATE TABLE cron_runs (
-                id BIGSERIAL PRIMARY KEY,
-                job_id BIGINT NOT NULL REFERENCES cron_jobs (id) ON DELETE CASCADE,
-                scheduled_at DOUBLE PRECISION NOT NULL,
-                started_at DOUBLE PRECISION,
-                finished_at DOUBLE PRECISION,
-                status TEXT NOT NULL
-                    CHECK (status IN ('running', 'ok', 'failed', 'missed', 'skipped')),
-                error TEXT,
-                session_id TEXT,
-                UNIQUE (job_id, scheduled_at)
-            )""",
-            "CREATE INDEX cron_runs_at ON cron_runs (scheduled_at)",
-        ),
-    ),
-    Migration(
-        4,
-        "sessions claimed by the daemon running their turn",
-        (
-            """CREATE TABLE session_claims (
-                session_key TEXT PRIMARY KEY,
-                daemon TEXT NOT NULL,
-                since DOUBLE PRECISION NOT NULL
-            )""",
-            """CREATE TABLE pollers (
-                transport TEXT PRIMARY KEY,
-                daemon TEXT NOT NULL,
-                since DOUBLE PRECISION NOT NULL
-            )""",
-        ),
-    ),
-    Migration(
-        5,
-        "tool approvals waiting, answered on any daemon",
-        (
-            """CREATE TABLE approvals (
-                code TEXT PRIMARY KEY,
-                daemon TEXT NOT NULL,
-                owners TEXT NOT NULL,
-                asked_at DOUBLE PRECISION NOT NULL,
-                allow BOOLEAN,
-                answered_by TEXT
-            )""",
-        ),
-    ),
-    Migration(
-        6,
-        "people's profiles: what each agent keeps about each person it talks to",
-        (
-            """CREATE TABLE profile_entries (
-                id BIGSERIAL PRIMARY KEY,
-                agent TEXT NOT NULL,
-                person TEXT NOT NULL,
-                text TEXT NOT NULL,
-                created_at DOUBLE PRECISION NOT NULL,
-                updated_at DOUBLE PRECISION NOT NULL
-            )""",
-            "CREATE INDEX profile_entries_of ON profile_entries (agent, person, id)",
-        ),
-    ),
-    Migration(
-        7,
-        "embeddings: which model the message vectors are of, and how far they reach",
-        (
-            """CREATE TABLE vector_state (
-                id INTEGER PRIMARY KEY CHECK (id = 1),
-                model TEXT NOT NULL,
-                dimensions INTEGER NOT NULL,
-                cursor BIGINT NOT NULL
-            )""",
-        ),
-    ),
-    Migration(
-        8,
-        "spending: what each model call cost, and each agent's and person's day",
-        (
-            """CREATE TABLE model_calls (
-                id BIGSERIAL PRIMARY KEY,
-                at DOUBLE PRECISION NOT NULL,
-                day TEXT NOT NULL,
-                agent TEXT NOT NULL,
-                person TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                job TEXT NOT NULL,
-                model TEXT NOT NULL,
-                input_tokens BIGINT NOT NULL,
-                output_tokens BIGINT NOT NULL,
-                cache_read_tokens BIGINT NOT NULL,
-                cache_write_tokens BIGINT NOT NULL,
-                usd DOUBLE PRECISION NOT NULL
-            )""",
-            "CREATE INDEX model_calls_session ON model_calls (session_id)",
-            "CREATE INDEX model_calls_day ON model_calls (day)",
-            """CREATE TABLE spending_days (
-                agent TEXT NOT NULL,
-                person TEXT NOT NULL,
-                day TEXT NOT NULL,
-                calls BIGINT NOT NULL,
-                tokens BIGINT NOT NULL,
-                usd DOUBLE PRECISION NOT NULL,
-                PRIMARY KEY (agent, person, day)
-            )""",
-        ),
-    ),
-)
-
 
 def _failed(exc: Exception) -> StoreError:
     """psycopg's error as the store's: a full disk (disk_full, SQLSTATE 53100) is the same
@@ -526,7 +259,7 @@ class PostgresStore:
         async with self.transaction() as db:
             cursor = await db.execute(
                 "SELECT id, title, message_count, created_at, updated_at, input_tokens,"
-                " output_tokens, cache_read_tokens, cache_write_tokens, agent FROM sessions"
+                " output_tokens, cache_read_tokens, cache_write_tokens, agent, parent FROM sessions"
                 f" {where} ORDER BY updated_at DESC LIMIT %s",
                 args,
             )
@@ -545,9 +278,13 @@ class PostgresStore:
                     cache_write_tokens=r[8],
                 ),
                 agent=r[9],
+                parent=r[10],
             )
             for r in rows
         ]
+
+    async def children(self, session_id: str) -> list[SessionInfo]:
+        return await self._listed("WHERE parent = %s", (session_id, 1000))
 
     async def info(self, session_id: str) -> SessionInfo | None:
         found = await self._listed("WHERE id = %s", (session_id, 1))
@@ -645,12 +382,18 @@ class PostgresStore:
             )
 
     async def set_scope(
-        self, session_id: str, *, owner: str | None, chat: str | None, agent: str = DEFAULT_AGENT
+        self,
+        session_id: str,
+        *,
+        owner: str | None,
+        chat: str | None,
+        agent: str = DEFAULT_AGENT,
+        parent: str | None = None,
     ) -> None:
         async with self.transaction() as db:
             await db.execute(
-                "UPDATE sessions SET owner = %s, chat = %s, agent = %s WHERE id = %s",
-                (owner, chat, agent, session_id),
+                "UPDATE sessions SET owner = %s, chat = %s, agent = %s, parent = %s WHERE id = %s",
+                (owner, chat, agent, parent, session_id),
             )
 
     # -- the audit trail -------------------------------------------------------------------

@@ -51,6 +51,8 @@ class SessionInfo:
     usage: Usage
     agent: str = DEFAULT_AGENT
     """The agent whose session it is."""
+    parent: str | None = None
+    """A sub-agent's session: the session that delegated it."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -102,9 +104,16 @@ class SessionStore(MessageLog, AuditLog, Protocol):
         ...
 
     async def set_scope(
-        self, session_id: str, *, owner: str | None, chat: str | None, agent: str = DEFAULT_AGENT
+        self,
+        session_id: str,
+        *,
+        owner: str | None,
+        chat: str | None,
+        agent: str = DEFAULT_AGENT,
+        parent: str | None = None,
     ) -> None:
-        """Whose session this is (None, None: the local user's) and which agent's."""
+        """Whose session this is (None, None: the local user's), which agent's, and (a
+        sub-agent's) which session delegated it."""
         ...
 
     async def recall(
@@ -129,6 +138,10 @@ class SessionStore(MessageLog, AuditLog, Protocol):
         ...
 
     async def delete_session(self, session_id: str) -> bool: ...
+
+    async def children(self, session_id: str) -> list[SessionInfo]:
+        """The sessions of the sub-agents `session_id` delegated to, the latest first."""
+        ...
 
     async def info(self, session_id: str) -> SessionInfo | None:
         """The session as listed, without its messages."""

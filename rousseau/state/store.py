@@ -256,15 +256,18 @@ class Store:
 
     @staticmethod
     def _list(
-        limit: int, session_id: str | None = None
+        limit: int, session_id: str | None = None, *, parent: str | None = None
     ) -> Callable[[sqlite3.Connection], list[SessionInfo]]:
-        where = "WHERE id = ?" if session_id is not None else ""
-        params: tuple[object, ...] = (session_id, limit) if session_id is not None else (limit,)
+        where = ""
+        params: tuple[object, ...] = (limit,)
+        for column, value in (("id", session_id), ("parent", parent)):
+            if value is not None:
+                where, params = f"WHERE {column} = ?", (value, limit)
 
         def op(db: sqlite3.Connection) -> list[SessionInfo]:
             rows = db.execute(
                 "SELECT id, title, message_count, created_at, updated_at, input_tokens,"
-                " output_tokens, cache_read_tokens, cache_write_tokens, agent FROM sessions"
+                " output_tokens, cache_read_tokens, cache_write_tokens, agent, parent FROM sessions"
                 f" {where} ORDER BY updated_at DESC LIMIT ?",
                 params,
             )
@@ -525,6 +528,10 @@ class Store:
 
         return await self.call(op, write=True)
 
+    async def children(self, session_id: str) -> list[SessionInfo]:
+        """The sessions of the sub-agents `session_id` delegated to, the latest first."""
+        return await self.call(self._list(1000, parent=session_id))
+
     async def info(self, session_id: str) -> SessionInfo | None:
         found = await self.call(self._list(1, session_id))
         return found[0] if found else None
@@ -558,14 +565,15 @@ class Store:
         owner: str | None,
         chat: str | None,
         agent: str = DEFAULT_AGENT,
+        parent: str | None = None,
     ) -> None:
-        """Whose session this is, for scoped recall (None, None: the local user's), and
-        which agent's (recall never crosses agents)."""
+        """Whose session this is, for scoped recall (None, None: the local user's), which
+        agent's (recall never crosses agents), and which session delegated it, if one did."""
 
         def op(db: sqlite3.Connection) -> None:
             db.execute(
-                "UPDATE sessions SET owner = ?, chat = ?, agent = ? WHERE id = ?",
-                (owner, chat, agent, session_id),
+                "UPDATE sessions SET owner = ?, chat = ?, agent = ?, parent = ? WHERE id = ?",
+                (owner, chat, agent, parent, session_id),
             )
 
         await self.call(op, write=True)
@@ -631,6 +639,7 @@ def _info(r: tuple[Any, ...]) -> SessionInfo:
             cache_write_tokens=int(r[8]),
         ),
         agent=str(r[9]),
+        parent=r[10],
     )
 
 
