@@ -16,7 +16,7 @@ import anyio
 import structlog
 
 from rousseau import web
-from rousseau.agent import Agent, Provider
+from rousseau.agent import Agent, ConfigError, Provider
 from rousseau.agent.approval import AskFn
 from rousseau.agents import routes_of, turn_limits
 from rousseau.approvals import ChatApprovals, load_shell_parser
@@ -25,6 +25,7 @@ from rousseau.assembly.models import AgentModels, agent_models, build_meter
 from rousseau.config import Config, parse_rate
 from rousseau.costs import Meter
 from rousseau.cron import CronRunner, CronTool, Scheduler
+from rousseau.cron.scheduler import HEARTBEAT
 from rousseau.mcp.client import MCPConnection, mcp_tools
 from rousseau.media import MediaIntake, move_to_workspace
 from rousseau.media.tool import SendFileTool
@@ -223,6 +224,7 @@ async def assemble(
     if meter is not None:
         meter.notify = router.notify
     scheduler = _scheduler(config, router, backend, registry, metrics, models)
+    await _heartbeats(config, scheduler, backend, {DEFAULT_AGENT: agent, **agents}, models, meter)
     cron_tool.on_change = scheduler.wake
     if backend.cluster is not None:  # a page's reply goes out where the page is connected
         backend.cluster.stays = frozenset(
@@ -474,6 +476,48 @@ def _scheduler(
         notify_failures=cron.notify_failures,
     )
     return Scheduler(jobs=backend.jobs, runner=runner, poll_interval=cron.poll_interval)
+
+
+async def _heartbeats(
+    config: Config,
+    scheduler: Scheduler,
+    backend: Backend,
+    agents: Mapping[str, Agent],
+    models: Mapping[str, AgentModels],
+    meter: Meter | None,
+) -> None:
+    """Each agent's `heartbeat`, run by the scheduler as the job `heartbeat:AGENT`, which is
+    made (or changed, or removed) here to match the config."""
+    sections = {n: config.for_agent(n).agent for n in agents}
+    wanted = {n: s.heartbeat for n, s in sections.items() if s.heartbeat is not None}
+    if not wanted and not any(j.name.startswith(HEARTBEAT) for j in await backend.jobs.all()):
+        return  # none configured, none to remove: the module is not even imported
+    from rousseau.cron import CronJobs
+    from rousseau.cron.heartbeat import Heartbeat, sync_jobs
+    from rousseau.cron.schedule import zone
+    from rousseau.cron.targets import TargetError, parse_target
+
+    for name, section in wanted.items():
+        try:
+            parse_target(section.deliver_to)
+        except TargetError as exc:
+            key = "agent" if name == DEFAULT_AGENT else f"agents.{name}"
+            raise ConfigError(f"{key}.heartbeat.deliver_to: {exc}") from None
+
+    heartbeats = {
+        name: Heartbeat(
+            name=name,
+            agent=on_model(agents[name], models[name].heartbeat),
+            section=section,
+            workspace=sections[name].workspace,
+            store=backend.store,
+            zone=zone(config.cron.timezone),
+            meter=meter,
+        )
+        for name, section in wanted.items()
+    }
+    scheduler.runner.heartbeats = heartbeats
+    await sync_jobs(CronJobs(backend.jobs), heartbeats, config.cron.timezone)
 
 
 def on_model(agent: Agent, provider: Provider) -> Agent:

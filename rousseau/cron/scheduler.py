@@ -9,9 +9,9 @@ database), runs the newest (misfire `run_once`, or when on time) and records the
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import structlog
@@ -25,6 +25,9 @@ from rousseau.messages import DEFAULT_AGENT, OutgoingFiles, outgoing_files
 from rousseau.state import SessionStore
 from rousseau.state.protocol import JobStore
 from rousseau.state.records import CronJob, RunStatus
+
+if TYPE_CHECKING:
+    from rousseau.cron.heartbeat import Heartbeat
 
 log = structlog.get_logger("rousseau.cron")
 
@@ -45,6 +48,8 @@ class Notify(Protocol):
     ) -> Awaitable[int]: ...
 
 
+HEARTBEAT = "heartbeat:"
+"""The name of an agent's heartbeat job (cron/heartbeat.py), before the agent's name."""
 MISSED_ROWS = 100  # missed times recorded per catch-up (older ones are only counted in the log)
 CATCH_UP_WINDOW = 86_400.0  # scheduled times older than this after downtime are not listed
 
@@ -70,8 +75,15 @@ class CronRunner:
     notify_failures: bool = True
     agents: dict[str, Agent] = field(default_factory=dict)
     """The other agents a job may name."""
+    heartbeats: Mapping[str, Heartbeat] = field(default_factory=dict)
+    """The agents' heartbeats, which run their `heartbeat:AGENT` jobs."""
 
     async def run(self, job: CronJob) -> RunOutcome:
+        if job.name.startswith(HEARTBEAT):
+            heartbeat = self.heartbeats.get(job.name.removeprefix(HEARTBEAT))
+            if heartbeat is None:  # the config dropped it since (the next start removes it)
+                return RunOutcome("skipped", "", error="no heartbeat is configured for it")
+            return await heartbeat.run(job, self.notify)
         transport, recipient = target_of(job)
         session = await self.store.create_session(title=f"cron: {job.name}")
         # its replies land in the target chat: recall there may find them
