@@ -435,3 +435,47 @@ def test_commands_never_fall_back_to_a_local_file_when_the_state_is_postgresql(
     store = next(line for line in doctor.splitlines() if line.split()[1:2] == ["store"])
     assert store.split()[0] == "ok" and "PostgreSQL reachable: 0 sessions" in store, doctor
     assert not (member.folder / "state.db").exists()  # nothing went to a local store
+
+
+def test_two_daemons_enforce_one_shared_budget(
+    tmp_path: Path, cluster_config: tuple[dict[str, Any], FakeTelegram, FakeSlack, str]
+) -> None:
+    """Slack's events spread over both daemons' connections; each model call costs $1.00
+    (10 prompt tokens at $100,000 a million), and the agent may spend $4 a day: four
+    messages are answered, wherever they land, and every later one is refused."""
+    from rousseau.costs import BUDGET_REPLY
+
+    config, _, slack, url = cluster_config
+    priced = {**config, "prices": {"gpt-4.1-mini": {"input": 100_000.0, "output": 0.0}}}
+    members = [Member(tmp_path, f"b{i}", priced) for i in range(2)]
+    for member in members:  # agent: is each member's own (its workspace): the budget joins it
+        own = json.loads(member.config.read_text())
+        own["agent"] = {**own["agent"], "budget": {"daily_usd": 4.0}}
+        member.config.write_text(json.dumps(own))
+        member.start()
+    try:
+        slack.wait_connections(2, timeout=30)
+        channels = SLACK_CHATS[:8]
+        for n, channel in enumerate(channels):  # one at a time: each call sees the last's cost
+            slack.message(f"m{n}", user=f"U{channel}", channel=channel)
+            assert wait_until(lambda c=channel: any(p.channel == c for p in slack.posted), 30), (
+                "\n".join(m.log.read_text()[-2000:] for m in members)
+            )
+        replies = {p.channel: p.text for p in slack.posted}
+        answered = [c for c in channels if replies[c].startswith("echo: ")]
+        refused = [c for c in channels if replies[c] == BUDGET_REPLY]
+        assert (answered, refused) == (channels[:4], channels[4:]), replies
+        with psycopg.connect(url) as db:
+            spent = db.execute(
+                "SELECT usd, calls FROM spending_days WHERE agent = 'default' AND person = '*'"
+            ).fetchone()
+            people = db.execute(
+                "SELECT count(*) FROM spending_days WHERE person LIKE 'slack:%'"
+            ).fetchone()
+        assert spent == (4.0, 4) and people == (4,)
+        for member in members:
+            assert member.stop() == 0
+    finally:
+        for member in members:
+            if member.proc is not None and member.proc.poll() is None:
+                member.kill()
