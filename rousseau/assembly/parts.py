@@ -119,6 +119,7 @@ class Parts:
             backend=self.backend,
             tg=tg,
             posts=posts,
+            meter=self.meter,
         )
         return functools.partial(web.serve, face)
 

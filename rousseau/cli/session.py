@@ -17,8 +17,19 @@ def list_sessions(args: argparse.Namespace) -> int:
         print("no sessions yet")
         return 0
     print(f"{'ID':<14}{'MESSAGES':>9}  {'UPDATED':<17} TITLE")
-    for s in sessions:
-        print(f"{s.id:<14}{s.message_count:>9}  {when(s.updated_at):<17} {s.title}")
+    listed = {s.id for s in sessions}
+    helpers: dict[str | None, list[Any]] = {}
+    for s in sessions:  # a helper under its parent, where its parent is listed too
+        helpers.setdefault(s.parent if s.parent in listed else None, []).append(s)
+
+    def put(s: Any, depth: int) -> None:
+        title = "  " * depth + ("↳ " if depth else "") + s.title
+        print(f"{s.id:<14}{s.message_count:>9}  {when(s.updated_at):<17} {title}")
+        for child in helpers.get(s.id, []):
+            put(child, depth + 1)
+
+    for s in helpers.get(None, []):
+        put(s, 0)
     return 0
 
 
@@ -38,11 +49,13 @@ def show(args: argparse.Namespace) -> int:
     from rousseau.cli.terminal import describe_call
     from rousseau.messages import DEFAULT_AGENT
 
-    async def read(backend: Backend) -> tuple[Any, Any]:
+    async def read(backend: Backend) -> tuple[Any, Any, Any]:
         session_id = await backend.store.resolve(args.id)
-        return await backend.store.load(session_id), await backend.store.info(session_id)
+        store = backend.store
+        found = await store.load(session_id), await store.info(session_id)
+        return *found, await store.children(session_id)
 
-    session, info = on_state(args, read)
+    session, info, helpers = on_state(args, read)
     if session is None or info is None:
         raise StoreError(f"no such session: {args.id}")
     for message in session.messages:
@@ -60,7 +73,11 @@ def show(args: argparse.Namespace) -> int:
     held = f"; {files} file{'s' if files != 1 else ''}" if files else ""
     if info.agent != DEFAULT_AGENT:  # one daemon, several agents: whose conversation
         held += f"; agent {info.agent}"
+    if info.parent is not None:
+        held += f"; delegated by session {info.parent}"
     print(f"-- {info.message_count} messages{held}; tokens: {tokens(info.usage)}")
+    for helper in helpers:
+        print(f"-- helper session {helper.id}: {helper.title}")
     return 0
 
 

@@ -10,7 +10,7 @@ from rousseau.state.records import Spent, month_of
 def money(usd: float) -> str:
     """Dollars as people read them: cents, or finer under a cent."""
     if usd and usd < 0.01:
-        return f"${usd:.4f}"
+        return "$" + f"{usd:.6f}".rstrip("0")
     return f"${usd:,.2f}"
 
 

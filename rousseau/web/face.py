@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from rousseau.approvals import ChatApprovals
     from rousseau.config import Config, WebConfig
+    from rousseau.costs import Meter
     from rousseau.cron import Scheduler
     from rousseau.metrics import Metrics
     from rousseau.state.backend import Backend
@@ -58,6 +59,8 @@ class Face:
     the body limit of the page that sends one."""
     profile_bounds: dict[str, int] = field(default_factory=dict)
     """Each agent's agent.memory.max_chars: an entry edited on the dashboard keeps to it."""
+    meter: Meter | None = None
+    """What the models cost and the budgets (the usage page)."""
 
 
 def face(
@@ -72,6 +75,7 @@ def face(
     backend: Backend,
     tg: TaskGroup,
     posts: Sequence[Posts] = (),
+    meter: Meter | None = None,
 ) -> Face:
     """Health alone (no `config`: the server of `health.listen`), or the whole web face of
     `config.web`; either with the `posts` taken at its address."""
@@ -89,6 +93,7 @@ def face(
         links=backend.transport_state(LINKS),
     )
     shown.backend = backend
+    shown.meter = meter
     shown.approvals = approvals
     shown.scheduler = scheduler
     shown.chat = transports.get("web")  # type: ignore[assignment]

@@ -236,3 +236,36 @@ async def test_a_childs_approval_reaches_the_owner(tmp_path: Path) -> None:
         [answer] = await chat.reply()
     assert answer.endswith("child: wrote note.txt") or "note.txt" in answer
     assert (tmp_path / "ws" / "note.txt").read_text() == "hello"
+
+
+def test_session_list_shows_a_helper_under_its_parent(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.helpers import ROUSSEAU
+
+    def model(request: Request) -> Response:
+        if request.system.startswith(SUB_AGENT_PROMPT):
+            return text_reply("helped")
+        if request.messages[-1].tool_results:
+            return text_reply("thanks")
+        return tool_reply("delegate", task="help me")
+
+    async def talk() -> None:
+        async with daemon(path, model) as chat:
+            await chat.send("go")
+            await chat.reply()
+
+    path = write_config(tmp_path, {})
+    anyio.run(talk)
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    run = [*ROUSSEAU, "--config", str(path), "session"]
+    listed = subprocess.run([*run, "list"], capture_output=True, text=True, env=env, check=True)
+    lines = listed.stdout.splitlines()[1:]
+    parent = next(line.split()[0] for line in lines if "↳" not in line)
+    helper = next(line for line in lines if "↳ sub-agent: help me" in line)
+    assert helper.split()[0].startswith(parent + "-")
+    assert lines.index(helper) == 1 + next(i for i, line in enumerate(lines) if parent in line)
+    shown = subprocess.run(
+        [*run, "show", parent], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert f"-- helper session {helper.split()[0]}: sub-agent: help me" in shown

@@ -30,6 +30,14 @@ def test_sessions_are_listed_searched_read_and_deleted(web_daemon: WebDaemon) ->
         usage = client.get("/usage").text
         day = r'<td data-label="Day">\d{4}-\d\d-\d\d</td><td data-label="Sessions">\d+</td>'
         assert re.search(day + r'<td data-label="Tokens in">[1-9]', usage)
+        # money too: gpt-4.1-mini's list price for the fake model's 10 + 5 tokens a call
+        spent = re.search(
+            r"Spent today \(\d{4}-\d\d-\d\d\): <strong>\$0\.0000(\d+)</strong>", usage
+        )
+        assert spent is not None and int(spent.group(1)) > 0, usage
+        assert re.search(
+            r'<td data-label="Person">telegram:\d+</td><td data-label="Agent">default', usage
+        )
         deleted = client.post(f"/sessions/{session_id}/delete", data={"csrf": client.csrf})
         assert deleted.status_code == 303 and "deleted" in deleted.headers["location"]
         assert client.get(f"/sessions/{session_id}").status_code == 404
