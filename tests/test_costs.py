@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,12 @@ def test_prices_know_the_common_models_by_any_of_their_names() -> None:
     assert prices.of("gpt-4o-mini").output == 0.60
     million_cached = Usage(cache_read_tokens=MILLION, cache_write_tokens=MILLION)
     assert prices.cost("claude-sonnet-4-5", million_cached) == pytest.approx(0.30 + 3.75)
-    assert Prices().of("my-own-model") is FREE  # unknown: zero, and a warning
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        assert prices.of("my-own-model") is FREE  # unknown: zero...
+        assert prices.cost("my-own-model", million_cached) == 0.0
+    assert [e["event"] for e in logs] == ["costs.unknown_model"]  # ...said once
 
 
 async def test_a_daily_budget_stops_model_calls_once_passed_and_tells_the_owner(
@@ -181,9 +187,129 @@ def test_rousseau_usage_shows_the_dollars(tmp_path: Path) -> None:
     assert "agent default" in out and "$2.40 (220,000 tokens, 2 model calls)" in out
     assert "daily limit: $10.00, $7.60 left" in out
     assert "memory:alice: $1.20 ($1.20)" in out and "memory:bob: $1.20" in out
-    as_json = subprocess.run(
-        [*run, "--json"], capture_output=True, text=True, env=env, check=True
-    )
+    as_json = subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, check=True)
     month = json.loads(as_json.stdout)["month"]
     total = next(r for r in month if r["person"] == "*")
     assert (total["usd"], total["tokens"], total["calls"]) == (2.4, 220_000, 2)
+
+
+class Ledger:
+    """A meter on a real SQLite store, over its budget from the start when asked."""
+
+    def __init__(self, tmp: Path, **budget: float) -> None:
+        from rousseau.config.sections import BudgetConfig
+        from rousseau.costs import Meter, Price
+        from rousseau.state import Store
+        from rousseau.state.sqlite_spending import SqliteSpending
+
+        self.store = Store(tmp / "s.db")
+        self.meter = Meter(
+            SqliteSpending(self.store),
+            prices=Prices({"function": Price.of(**PRICE)}),
+            budgets={"default": BudgetConfig(**budget)},
+            zone=UTC,
+        )
+
+    async def spend(self, usd: float) -> None:
+        from rousseau.state.records import Charge
+
+        await self.meter.spending.record(
+            Charge(at=0, day=self.meter.today(), agent="default", person="", session_id="s",
+                   job="turn", model="function", usd=usd)
+        )  # fmt: skip
+
+
+async def test_cron_stops_over_budget_and_tells_no_failure(tmp_path: Path) -> None:
+    from rousseau.agent import Agent, Options
+    from rousseau.costs import Metered
+    from rousseau.cron import CronRunner
+    from rousseau.state.records import CronJob
+
+    ledger = Ledger(tmp_path, daily_usd=1.0)
+    await ledger.spend(1.5)
+    provider = FunctionProvider(model)
+    metered = Metered(provider, ledger.meter, job="cron")
+    agent = Agent(metered, options=Options(history=ledger.store))
+    told: list[str] = []
+
+    async def notify(transport: str, recipient: str, text: str, *a: Any, **k: Any) -> int:
+        told.append(text)
+        return 1
+
+    runner = CronRunner(agent=agent, store=ledger.store, notify=notify)
+    job = CronJob(
+        id=1, name="digest", schedule="@daily", timezone="UTC", prompt="digest", enabled=True,
+        deliver_to="telegram:42", misfire="run_once", created_at=0, updated_at=0,
+        last_run_at=None, last_status=None, next_run_at=None,
+    )  # fmt: skip
+    outcome = await runner.run(job)
+    ledger.store.close()
+    assert outcome.status == "skipped" and "$1.50 spent today of $1.00" in outcome.error
+    assert provider.requests == [] and told == []  # no model call, no failure notice
+
+
+async def test_a_voice_note_is_not_transcribed_over_budget(tmp_path: Path) -> None:
+    from rousseau.costs.meter import Budgeted
+    from rousseau.media import BlobStore, Incoming, MediaIntake
+
+    heard: list[bytes] = []
+
+    class Ears:
+        async def transcribe(self, data: bytes, *, name: str, media_type: str) -> str:
+            heard.append(data)
+            return "hello there"
+
+    async def fetch(download: Any) -> None:
+        await download.write(b"OggS" + bytes(100))
+
+    ledger = Ledger(tmp_path, daily_usd=1.0)
+    intake = MediaIntake(
+        blobs=BlobStore(folder=tmp_path / "blobs"),
+        workspace=tmp_path / "ws",
+        transcriber=Budgeted(Ears(), ledger.meter),
+    )
+    note = Incoming(name="v.ogg", media_type="audio/ogg", size=104, fetch=fetch, voice=True)
+    assert (await intake.take([note])).notes == ("[voice note] hello there",)
+    await ledger.spend(2.0)
+    assert (await intake.take([note])).notes == (
+        "[voice note] (not transcribed: the spending limit is reached)",
+    )
+    ledger.store.close()
+    assert len(heard) == 1
+
+
+def test_each_job_gets_its_own_model_metered_under_its_name(tmp_path: Path) -> None:
+    from rousseau.agent import Attachment, Content, Message, Role
+    from rousseau.assembly.models import agent_models, model_ref
+    from rousseau.costs import Metered
+    from rousseau.providers.lazy import LazyProvider
+
+    assert model_ref("openai:gpt-4o-mini", "anthropic") == ("openai", "gpt-4o-mini")
+    assert model_ref("llama3:8b", "ollama") == ("ollama", "llama3:8b")  # a tag, not a provider
+    path = tmp_path / "config.yaml"
+    jobs = {"compaction": "openai:gpt-4o-mini", "vision": "openai:gpt-4o", "cron": "gpt-4o-mini"}
+    path.write_text(json.dumps({"openai": {"api_key": "sk-test"}, "agent": {"models": jobs}}))
+    config = load_config(str(path), {"HOME": str(tmp_path)})
+    ledger = Ledger(tmp_path)  # the meter is not called here
+    made: list[Any] = []
+    own = FunctionProvider(model)
+    models = agent_models(config, own, "openai", meter=ledger.meter, made=made)
+    ledger.store.close()
+    # one lazy provider per model named (gpt-4o-mini once, for compaction and cron)
+    assert len(made) == 2 and all(isinstance(p, LazyProvider) for p in made)
+    by_job = {"compaction": models.compaction, "cron": models.cron}
+    for job, provider in by_job.items():
+        assert isinstance(provider, Metered) and provider.job == job
+    assert models.compaction.provider is models.cron.provider  # type: ignore[attr-defined]
+    assert isinstance(models.heartbeat, Metered) and models.heartbeat.provider is own
+    picture = Attachment(sha256="0" * 64, media_type="image/png", name="p.png", size=1)
+    words = Request(session_id="s", system="", messages=[Message.user("hi")])
+    looked = Message(
+        role=Role.USER, content=[Content.of_text("look"), Content.of_attachment(picture)]
+    )
+    seen = Request(session_id="s", system="", messages=[looked])
+    turn = models.turn
+    assert turn._for(words).provider is own  # type: ignore[attr-defined]
+    chosen = turn._for(seen)  # type: ignore[attr-defined]
+    assert isinstance(chosen, Metered) and chosen.job == "vision"
+    assert chosen.provider in made and chosen.provider is not models.cron.provider  # type: ignore[attr-defined]

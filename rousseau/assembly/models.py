@@ -105,18 +105,19 @@ def agent_models(
     """Agent `agent`'s providers (`config`: the agent's own, `provider`: its model for
     turns, named `provider_name`); the ones built here join `made`, to be closed."""
     section = config.agent.models
-    built: dict[str, Provider] = {}
+    built: dict[tuple[str, str], Provider] = {}  # one provider per model, however named
 
     def of(job: str) -> Provider:
         ref = getattr(section, job)
         if ref is None:
             chosen = provider
         else:
-            if ref not in built:
-                built[ref] = ref_provider(config, ref, provider_name, store)
+            key = model_ref(ref, provider_name)
+            if key not in built:
+                built[key] = ref_provider(config, ref, provider_name, store)
                 if made is not None:
-                    made.append(built[ref])
-            chosen = built[ref]
+                    made.append(built[key])
+            chosen = built[key]
         return chosen if meter is None else Metered(chosen, meter, agent=agent, job=job)
 
     turn: Provider = provider if meter is None else Metered(provider, meter, agent=agent)

@@ -24,6 +24,7 @@ from rousseau.assembly.agent import build_agent, build_approver, build_registry,
 from rousseau.assembly.models import AgentModels, agent_models, build_meter
 from rousseau.config import Config, parse_rate
 from rousseau.costs import Meter
+from rousseau.costs.meter import Budgeted
 from rousseau.cron import CronRunner, CronTool, Scheduler
 from rousseau.cron.scheduler import HEARTBEAT
 from rousseau.mcp.client import MCPConnection, mcp_tools
@@ -224,6 +225,8 @@ async def assemble(
     )
     if meter is not None:
         meter.notify = router.notify
+        if media.transcriber is not None:  # a voice note's transcription is budgeted too
+            media.transcriber = Budgeted(media.transcriber, meter)
     scheduler = _scheduler(config, router, backend, registry, metrics, models)
     await _heartbeats(config, scheduler, backend, {DEFAULT_AGENT: agent, **agents}, models, meter)
     cron_tool.on_change = scheduler.wake

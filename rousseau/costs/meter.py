@@ -37,6 +37,7 @@ from rousseau.state.records import Charge, Spending
 
 if TYPE_CHECKING:
     from rousseau.config.sections import BudgetConfig
+    from rousseau.media import Transcribes
     from rousseau.messages import Inbound, KeyValue
     from rousseau.metrics import Metrics
     from rousseau.state.protocol import SpendingStore
@@ -277,5 +278,23 @@ class Metered:
 
     async def aclose(self) -> None:
         closer = getattr(self.provider, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+class Budgeted:
+    """A transcriber that asks the budget first (of the default agent: a voice note is
+    transcribed as it arrives, before any route names the agent that will answer it)."""
+
+    def __init__(self, transcriber: Transcribes, meter: Meter) -> None:
+        self.transcriber = transcriber
+        self.meter = meter
+
+    async def transcribe(self, data: bytes, *, name: str, media_type: str) -> str:
+        await self.meter.check(Payer(job="transcription"))
+        return await self.transcriber.transcribe(data, name=name, media_type=media_type)
+
+    async def aclose(self) -> None:
+        closer = getattr(self.transcriber, "aclose", None)
         if closer is not None:
             await closer()

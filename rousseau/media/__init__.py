@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
-from rousseau.agent import Attachment, ProviderError
+from rousseau.agent import Attachment, BudgetExceededError, ProviderError
 from rousseau.media.download import PARTIAL, Download, TooLarge
 from rousseau.private import private_folder
 
@@ -438,6 +438,8 @@ class MediaIntake:
             text = await self.transcriber.transcribe(
                 await download.read(), name=voice.name, media_type=voice.media_type
             )
+        except BudgetExceededError:  # the meter logged it (and told the owners)
+            return f"{label} (not transcribed: the spending limit is reached)"
         except ProviderError as exc:
             _log.warning("media.transcription_failed", error=str(exc))
             return f"{label} (could not be transcribed)"

@@ -269,3 +269,61 @@ def test_session_list_shows_a_helper_under_its_parent(tmp_path: Path) -> None:
         [*run, "show", parent], capture_output=True, text=True, env=env, check=True
     ).stdout
     assert f"-- helper session {helper.split()[0]}: sub-agent: help me" in shown
+
+
+async def test_a_childs_steps_show_in_the_parents_preview() -> None:
+    from rousseau.agent import Agent, AllowAllApprover, Options
+    from rousseau.router import RateLimiter, Router, RouterSettings
+    from rousseau.streaming import StreamSettings
+    from rousseau.tools.base import Registry, function_tool
+    from rousseau.tools.delegate import DelegateTool, Delegation
+    from tests.helpers import routing
+    from tests.test_router import EditingTransport
+
+    looking = anyio.Event()
+    go = anyio.Event()
+
+    async def lookup(input: dict[str, Any], call: Any) -> Any:
+        from rousseau.agent import ToolOutput
+
+        looking.set()
+        await go.wait()
+        return ToolOutput(content="found it")
+
+    def model(request: Request) -> Response:
+        if request.system.startswith(SUB_AGENT_PROMPT):
+            if request.messages[-1].tool_results:
+                return text_reply("child done")
+            return tool_reply("lookup", q="x")
+        if request.messages[-1].tool_results:
+            return text_reply("all done")
+        return tool_reply("delegate", task="look it up")
+
+    store = Store(":memory:")
+    registry = Registry()
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    registry.register(function_tool("lookup", "Look something up.", schema, lookup))
+    tool = DelegateTool(agent="default", store=store, agents=[])
+    registry.register(tool)
+    options = Options(history=store, approver=AllowAllApprover())
+    agent = Agent(FunctionProvider(model), registry, options)
+    tool.bind(Delegation(caller=agent))
+    editing = EditingTransport()
+    router = Router(
+        agent=agent,
+        store=store,
+        transports={"memory": editing},
+        policies={"memory": ChatPolicy(allowlist=frozenset({"user"}))},
+        rate_limiter=RateLimiter((100, 1.0), {}, 100),
+        settings=RouterSettings(streaming={"memory": StreamSettings(interval=0.01)}),
+    )
+    async with routing(router, editing):
+        await editing.inject("go")
+        with anyio.fail_after(10):
+            await looking.wait()
+            while not any("↳ sub-agent: lookup" in text for _, text in editing.previews):
+                await anyio.sleep(0.02)
+        go.set()
+        [answer] = await editing.wait_sent(1)
+    store.close()
+    assert answer.text == "all done"
