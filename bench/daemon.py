@@ -14,7 +14,13 @@ project's fake Bot API and answered by its fake OpenAI-compatible model, both se
   and the daemon's CPU (user + system, from /proc) per message;
 - RSS after all that;
 - then, the daemon stopped, the two SDKs on its path alone (bench/libraries.py): their CPU per
-  message and what importing them costs, and the daemon's CPU per message less theirs.
+  message and what importing them costs, and the daemon's CPU per message less theirs;
+- and what the meter costs a model call (rousseau.costs: its cost recorded in the store, and
+  with `agent.budget` the limits checked first), on a SQLite store in this process.
+
+Every model call's cost is recorded whatever the config; `--budget` also sets loose limits
+(never reached), so every call is checked against them first: the whole path's price of
+budgets, beside the figures of a run without.
 
 The config is a fresh one but for a per-sender rate limit loose enough for the load.
 `--json PATH` also writes the figures, to compare a run with an earlier one.
@@ -166,8 +172,13 @@ class Process:
 class Daemon(Process):
     """`rousseau run` against the fakes, its state and log in `tmp`."""
 
-    def __init__(self, tmp: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> None:
+    def __init__(
+        self, tmp: Path, telegram: FakeTelegram, llm: FakeLLMServer, *, budget: bool = False
+    ) -> None:
         chats = [LATENCY_CHAT, *BURST_CHATS, *LOOP_CHATS]
+        agent: dict[str, object] = {"workspace": str(tmp / "ws")}
+        if budget:  # checked before every call, never reached
+            agent["budget"] = {"daily_usd": 1e9, "per_sender_daily_usd": 1e9}
         config = tmp / "config.yaml"
         config.write_text(
             json.dumps(
@@ -180,7 +191,7 @@ class Daemon(Process):
                         "allowlist": chats,
                     },
                     "state": {"path": str(tmp / "state.db")},
-                    "agent": {"workspace": str(tmp / "ws")},
+                    "agent": agent,
                     "ratelimit": {"default": "1000/1s"},
                 }
             )
@@ -509,14 +520,73 @@ def alone(telegram: FakeTelegram, llm: FakeLLMServer, daemon_cpu_ms: float) -> l
     ]
 
 
-def run(json_path: Path | None) -> int:
+def metering(calls: int = 5000) -> list[Figure]:
+    """The meter's CPU per model call, as the daemon makes it: the call's cost recorded on the
+    store's writer, and (with a budget) the spending read back before the next call."""
+    import anyio
+
+    from rousseau.agent import Usage
+    from rousseau.config.sections import BudgetConfig
+    from rousseau.costs import Meter, Payer, Prices
+    from rousseau.cron.schedule import zone
+    from rousseau.state import Store
+    from rousseau.state.sqlite_spending import SqliteSpending
+
+    usage = Usage(input_tokens=1200, output_tokens=300, cache_read_tokens=800)
+
+    async def measure(budget: bool) -> float:
+        with tempfile.TemporaryDirectory(prefix="rousseau-meter-") as tmp:
+            store = Store(Path(tmp) / "state.db")
+            budgets = {"default": BudgetConfig(daily_usd=1e9)} if budget else {}
+            meter = Meter(
+                SqliteSpending(store),
+                prices=Prices(),
+                budgets=budgets,
+                zone=zone("UTC"),
+                remember=60.0,  # as the daemon's on SQLite (rousseau.assembly.models)
+            )
+            payer = Payer(person="telegram:42", session_id="s")
+            for _ in range(50):  # warm: the statements prepared, the price looked up
+                await meter.check(payer)
+                await meter.record(payer, "s", "gpt-4.1-mini", usage, "openai")
+            await store.flush()
+            started = time.process_time()  # every thread of this process: the writer's too
+            for _ in range(calls):
+                await meter.check(payer)
+                await meter.record(payer, "s", "gpt-4.1-mini", usage, "openai")
+            await store.flush()
+            spent = time.process_time() - started
+            store.close()
+        return spent / calls
+
+    recorded = anyio.run(measure, False)
+    checked = anyio.run(measure, True)
+    return [
+        Figure(
+            key="meter_record_ms_per_call",
+            label="meter: a call's cost recorded, CPU",
+            value=recorded * 1000,
+            unit="ms",
+            target=0.1,
+        ),
+        Figure(
+            key="meter_budget_ms_per_call",
+            label="meter: with a budget checked first, CPU",
+            value=checked * 1000,
+            unit="ms",
+            target=0.1,
+        ),
+    ]
+
+
+def run(json_path: Path | None, *, budget: bool = False) -> int:
     telegram = FakeTelegram().start()
     llm = FakeLLMServer().start()
     model = Model()
     llm.responder = model
     try:
         with tempfile.TemporaryDirectory(prefix="rousseau-bench-") as tmp:
-            daemon = Daemon(Path(tmp), telegram, llm)
+            daemon = Daemon(Path(tmp), telegram, llm, budget=budget)
             try:
                 figures = measure(telegram, model, daemon)
             except (DaemonDied, TimeoutError) as exc:
@@ -526,6 +596,7 @@ def run(json_path: Path | None) -> int:
                 daemon.stop()
         cpu = next(f.value for f in figures if f.key == "cpu_ms_per_msg")
         figures += alone(telegram, llm, float(cpu))
+        figures += metering()
     finally:
         telegram.stop()
         llm.stop()
@@ -536,10 +607,13 @@ def run(json_path: Path | None) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures here")
+    parser.add_argument(
+        "--budget", action="store_true", help="with agent.budget set (checked, never reached)"
+    )
     args = parser.parse_args()
     # A terminated benchmark still stops the daemon it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    sys.exit(run(args.json))
+    sys.exit(run(args.json, budget=args.budget))
 
 
 if __name__ == "__main__":

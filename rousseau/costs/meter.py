@@ -33,7 +33,7 @@ from rousseau.agent import (
 )
 from rousseau.costs.prices import Prices
 from rousseau.messages import DEFAULT_AGENT
-from rousseau.state.records import Charge, Spending
+from rousseau.state.records import Charge, Spending, Spent
 
 if TYPE_CHECKING:
     from rousseau.config.sections import BudgetConfig
@@ -68,8 +68,7 @@ BUDGET_REPLY = (
     " has been told."
 )
 SENDER_BUDGET_REPLY = (
-    "You've reached today's spending limit for your messages, so I can't answer until"
-    " tomorrow."
+    "You've reached today's spending limit for your messages, so I can't answer until tomorrow."
 )
 
 
@@ -101,6 +100,7 @@ class Meter:
         told: KeyValue | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
+        remember: float = 0.0,
     ) -> None:
         self.spending = spending
         self.prices = prices
@@ -114,6 +114,13 @@ class Meter:
         """Where the days the owners were told are kept (once a day, across restarts)."""
         self.metrics = metrics
         self.clock = clock
+        self.remember = remember
+        """Seconds a spending read is trusted, this meter's own calls added to it (0: read at
+        every check). Only where no other process spends: one daemon on its SQLite file."""
+        self._agents: dict[tuple[str, str], tuple[float, Spent, Spent]] = {}
+        """(agent, day) -> when read, the day's and the month's spending."""
+        self._people: dict[tuple[str, str, str], tuple[float, Spent]] = {}
+        """(agent, person, day) -> when read, the person's day."""
 
     def today(self) -> str:
         """The day budgets count in now, in the configured zone: `YYYY-MM-DD`."""
@@ -125,7 +132,10 @@ class Meter:
         if budget is None:
             return
         day = self.today()
-        spent = await self.spending.spending(payer.agent, payer.person, day)
+        spent = self._remembered(payer, day)
+        if spent is None:
+            spent = await self.spending.spending(payer.agent, payer.person, day)
+            self._remember(payer, day, spent)
         reached = _reached(budget, spent, payer.person)
         if reached is None:
             return
@@ -157,9 +167,44 @@ class Meter:
             usd=usd,
         )
         await self.spending.record(charge)
+        self._add(charge)
         if self.metrics is not None and usd:
             self.metrics.cost_usd.labels(payer.agent).inc(usd)
         return usd
+
+    def _remembered(self, payer: Payer, day: str) -> Spending | None:
+        """The spending as last read and since added to, while it may still be trusted."""
+        if not self.remember:
+            return None
+        totals = self._agents.get((payer.agent, day))
+        person = self._people.get((payer.agent, payer.person, day))
+        horizon = self.clock() - self.remember
+        if totals is None or person is None or min(totals[0], person[0]) < horizon:
+            return None
+        return Spending(day=totals[1], month=totals[2], person_day=person[1])
+
+    def _remember(self, payer: Payer, day: str, spent: Spending) -> None:
+        if not self.remember:
+            return
+        if len(self._people) > REMEMBERED:  # bounded: a new day, or very many people
+            self._agents.clear()
+            self._people.clear()
+        now = self.clock()
+        self._agents[payer.agent, day] = (now, spent.day, spent.month)
+        self._people[payer.agent, payer.person, day] = (now, spent.person_day)
+
+    def _add(self, charge: Charge) -> None:
+        """A call this meter recorded, added to what it remembers."""
+        totals = self._agents.get((charge.agent, charge.day))
+        if totals is not None:
+            at, day, month = totals
+            self._agents[charge.agent, charge.day] = (at, _plus(day, charge), _plus(month, charge))
+        person = self._people.get((charge.agent, charge.person, charge.day))
+        if person is not None:
+            self._people[charge.agent, charge.person, charge.day] = (
+                person[0],
+                _plus(person[1], charge),
+            )
 
     async def _tell_owners(self, agent: str, limit: str, detail: str, day: str) -> None:
         """Once a day per agent and limit: the owners hear that it stopped, and why."""
@@ -183,6 +228,16 @@ class Meter:
                 await self.notify(transport, chat, text)
             except Exception as exc:
                 log.warning("costs.notice_failed", owner=owner, error=str(exc))
+
+
+REMEMBERED = 10_000
+"""People whose spending a meter remembers at most (then it reads again)."""
+
+
+def _plus(spent: Spent, charge: Charge) -> Spent:
+    return Spent(
+        usd=spent.usd + charge.usd, tokens=spent.tokens + charge.tokens, calls=spent.calls + 1
+    )
 
 
 def _limits(budget: BudgetConfig) -> bool:
@@ -270,9 +325,7 @@ class Metered:
         # Shielded: a call that was made is paid for, even when its turn is being stopped.
         with anyio.CancelScope(shield=True):
             try:
-                await self.meter.record(
-                    payer, request.session_id, self.model, usage, self.name
-                )
+                await self.meter.record(payer, request.session_id, self.model, usage, self.name)
             except Exception as exc:  # never lose the answer over its bookkeeping
                 log.error("costs.record_failed", error=str(exc), agent=payer.agent)
 
