@@ -209,6 +209,7 @@ async def sync_jobs(jobs: CronJobs, heartbeats: dict[str, Heartbeat], timezone: 
             timezone=timezone,
             misfire="skip",
             agent=agent,
+            heartbeat=True,
         )
         await _quietly(made, "exists already")
         log.info("cron.heartbeat_scheduled", agent=agent, every=section.every)

@@ -18,6 +18,8 @@ from rousseau.state.protocol import JobStore
 from rousseau.state.records import CronJob, Misfire
 
 LIST_HINT = " (see: rousseau cron list)"
+RESERVED = "heartbeat:"
+"""The names of the jobs made from agent.heartbeat (cron/heartbeat.py): no one else's."""
 """Said after a job not found where a user named it to change it."""
 
 
@@ -50,6 +52,8 @@ def checked(
     """Check a new job; return its first fire time. Raises CronError."""
     if not name.strip() or name.strip().isdigit():
         raise CronError(f"bad job name {name!r}: a name needs a letter")
+    if name.strip().startswith(RESERVED):
+        raise CronError(f"bad job name {name!r}: {RESERVED}… names are agent.heartbeat's")
     if not prompt.strip():
         raise CronError("the prompt is empty")
     return validate(schedule, deliver_to, timezone, now)
@@ -74,9 +78,14 @@ class CronJobs:
         enabled: bool = True,
         now: float | None = None,
         agent: str = DEFAULT_AGENT,
+        heartbeat: bool = False,
     ) -> CronJob:
+        """A new job (`heartbeat`: the one of an agent's heartbeat, by its reserved name)."""
         moment = time.time() if now is None else now
-        first = checked(name, schedule, prompt, deliver_to, timezone, moment)
+        if heartbeat:
+            first = validate(schedule, deliver_to, timezone, moment)
+        else:
+            first = checked(name, schedule, prompt, deliver_to, timezone, moment)
         job = await self.store.add(
             name=name.strip(),
             schedule=schedule,

@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from rousseau.agent import Agent, Attachment, BudgetExceededError
 from rousseau.costs import Payer, paying
-from rousseau.cron.jobs import CronError, schedule_of, target_of
+from rousseau.cron.jobs import RESERVED, CronError, schedule_of, target_of
 from rousseau.cron.schedule import Schedule, ScheduleError
 from rousseau.messages import DEFAULT_AGENT, OutgoingFiles, outgoing_files
 from rousseau.state import SessionStore
@@ -48,7 +48,7 @@ class Notify(Protocol):
     ) -> Awaitable[int]: ...
 
 
-HEARTBEAT = "heartbeat:"
+HEARTBEAT = RESERVED
 """The name of an agent's heartbeat job (cron/heartbeat.py), before the agent's name."""
 MISSED_ROWS = 100  # missed times recorded per catch-up (older ones are only counted in the log)
 CATCH_UP_WINDOW = 86_400.0  # scheduled times older than this after downtime are not listed
@@ -83,7 +83,8 @@ class CronRunner:
             heartbeat = self.heartbeats.get(job.name.removeprefix(HEARTBEAT))
             if heartbeat is None:  # the config dropped it since (the next start removes it)
                 return RunOutcome("skipped", "", error="no heartbeat is configured for it")
-            return await heartbeat.run(job, self.notify)
+            with anyio.fail_after(self.timeout):
+                return await heartbeat.run(job, self.notify)
         transport, recipient = target_of(job)
         session = await self.store.create_session(title=f"cron: {job.name}")
         # its replies land in the target chat: recall there may find them
