@@ -32,7 +32,7 @@ from rousseau.agent import (
     streams,
 )
 from rousseau.costs.prices import Prices
-from rousseau.messages import DEFAULT_AGENT
+from rousseau.messages import DEFAULT_AGENT, turn_person
 from rousseau.state.records import Charge, Spending, Spent
 
 if TYPE_CHECKING:
@@ -294,8 +294,8 @@ class Metered:
 
     def _payer(self) -> Payer:
         payer = paying.get()
-        if payer is None:
-            return Payer(agent=self.agent, job=self.job)
+        if payer is None:  # a turn no router runs: the terminal's person, or nobody's
+            return Payer(agent=self.agent, person=turn_person.get() or "", job=self.job)
         return payer if self.job == "turn" else replace(payer, job=self.job)
 
     async def complete(self, request: Request) -> Response:

@@ -255,7 +255,7 @@ def test_heartbeat_config_errors_name_the_key(tmp_path: Path) -> None:
 async def test_a_heartbeat_name_is_no_one_elses(store: Store) -> None:
     from rousseau.cron import CronError
 
-    with pytest.raises(CronError, match="heartbeat:… names are agent.heartbeat's"):
+    with pytest.raises(CronError, match=r"heartbeat:… names are agent\.heartbeat's"):
         await CronJobs(SqliteCronJobs(store)).add(
             "heartbeat:default", "@hourly", "hi", "telegram:42", timezone="UTC"
         )
