@@ -76,6 +76,12 @@ class Attachment:
     """The file's name as it was sent (for people; never used as a path)."""
     saved_as: str = ""
     """Where the agent's tools find a copy: a path relative to the workspace, or empty."""
+    voice: bool = False
+    """A voice note to send (OGG/Opus): sent as the platform's own voice message."""
+    duration: float = 0.0
+    """A voice note's seconds."""
+    waveform: bytes = b""
+    """A voice note's loudness, bar by bar (0-255), for the platforms that draw it."""
 
     @property
     def is_image(self) -> bool:
@@ -130,7 +136,7 @@ class Content:
         """A JSON-ready form, used by the store."""
         if self.attachment is not None:
             a = self.attachment
-            return {
+            found: dict[str, Any] = {
                 "type": self.kind.value,
                 "sha256": a.sha256,
                 "media_type": a.media_type,
@@ -138,6 +144,9 @@ class Content:
                 "name": a.name,
                 "saved_as": a.saved_as,
             }
+            if a.voice:
+                found |= {"voice": True, "duration": a.duration, "waveform": list(a.waveform)}
+            return found
         if self.tool_use is not None:
             u = self.tool_use
             return {"type": "tool_use", "id": u.id, "name": u.name, "input": u.input}
@@ -174,6 +183,9 @@ class Content:
                     size=int(data.get("size", 0)),
                     name=data.get("name", ""),
                     saved_as=data.get("saved_as", ""),
+                    voice=bool(data.get("voice", False)),
+                    duration=float(data.get("duration", 0.0)),
+                    waveform=bytes(data.get("waveform") or b""),
                 )
             )
         return cls.of_text(data.get("text", ""))

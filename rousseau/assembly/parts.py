@@ -36,6 +36,8 @@ from rousseau.policy import ChatPolicy, RateLimiter
 from rousseau.providers import build_provider, detect_provider
 from rousseau.providers.lazy import LazyProvider
 from rousseau.router import Router, RouterSettings
+from rousseau.router.voice import Speech
+from rousseau.router.voice import modes as voice_modes
 from rousseau.state.backend import Backend
 from rousseau.streaming import StreamSettings
 from rousseau.tools import Registry, Shared
@@ -304,6 +306,7 @@ def build_router(
         ),
         metrics=metrics,
         meter=meter,
+        speech=_speech(config, media, meter),
         settings=RouterSettings(
             denied_reply=rl.denied_reply,
             max_concurrent_turns=config.max_concurrent_turns,
@@ -311,6 +314,10 @@ def build_router(
             turn_timeout=config.agent.turn_timeout,
             send_timeout=config.send_timeout,
             voice_hint=VOICE_HINT if config.media.transcription is None else "",
+            voice_replies=voice_modes(
+                {n: getattr(getattr(config, n, None), "voice_replies", None) for n in transports},
+                speaking=config.speech is not None,
+            ),
             streaming={name: stream_settings(config, name) for name in transports},
             acks={
                 name: emoji
@@ -323,6 +330,32 @@ def build_router(
         approvals.notify = router.notify
     media.admits = router.admission.takes_files
     return router
+
+
+def _speech(config: Config, media: MediaIntake, meter: Meter | None) -> Speech | None:
+    """Spoken replies, where `speech` is configured (the SDK and PyAV load at the first)."""
+    section = config.speech
+    if section is None:
+        return None
+    from rousseau.media.speech import Speaker, speakable
+
+    key = section.api_key.get_secret_value() if section.api_key is not None else None
+    speaker = Speaker(
+        base_url=section.base_url,
+        api_key=key,
+        model=section.model,
+        voice=section.voice,
+        timeout=section.timeout,
+    )
+    return Speech(
+        speaker=speaker,
+        blobs=media.blobs,
+        prepare=functools.partial(
+            speakable, max_chars=section.max_chars, max_notes=section.max_notes
+        ),
+        meter=meter,
+        price=section.price_per_million_chars,
+    )
 
 
 def _tools(

@@ -29,6 +29,7 @@ from rousseau.config.sections import (
     PriceConfig,
     RateLimitConfig,
     RouteConfig,
+    SpeechConfig,
     StateConfig,
     WebConfig,
 )
@@ -108,6 +109,9 @@ class Config(Section):
     embeddings: EmbeddingsConfig | None = None
     """An embeddings endpoint: recall then finds what a message meant as well as the words it
     shares (messages are embedded in the background); unset, recall is by keywords."""
+    speech: SpeechConfig | None = None
+    """A text-to-speech endpoint: replies are also spoken, as voice notes, where a transport's
+    voice_replies says; unset: replies are text only."""
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     """Model prices in USD per million tokens, by model name, over the built-in table (a
     model in neither is costed as zero, with one warning)."""

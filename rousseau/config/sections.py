@@ -374,6 +374,36 @@ class TranscriptionConfig(Section):
     """The longest one transcription may take."""
 
 
+class SpeechConfig(Section):
+    base_url: str
+    """An OpenAI-compatible server with /audio/speech: https://api.openai.com/v1, or a local
+    one (Kokoro-FastAPI, a Piper server) at its address."""
+    api_key: SecretStr | None = None
+    """Its key, if it needs one."""
+    model: str = "gpt-4o-mini-tts"
+    """The text-to-speech model (tts-1, kokoro, ...)."""
+    voice: str = "alloy"
+    """The voice, as the server names it."""
+    timeout: Duration = 60.0
+    """The longest one spoken reply may take to make."""
+    max_chars: int = Field(default=1500, ge=100, le=4096)
+    """The most characters one voice note says (about a minute and a half); a longer
+    answer is cut between sentences into several."""
+    max_notes: int = Field(default=3, ge=1, le=10)
+    """The most voice notes one answer becomes; what is past them is in the text only."""
+    price_per_million_chars: float | None = Field(default=None, ge=0)
+    """USD per million characters spoken, for costs and budgets; unset: the list price of
+    OpenAI's models (tts-1, tts-1-hd, gpt-4o-mini-tts), zero for any other."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// address")
+        return value
+
+
 class MediaConfig(Section):
     max_bytes: int = Field(default=20_000_000, ge=1)
     """The largest attachment taken in, and the most one message's attachments may weigh

@@ -35,6 +35,10 @@ class TransportConfig(Section):
     agent: str | None = None
     """The agent (of `agents:`) answering this transport's chats that no route names;
     unset: `default_agent`."""
+    voice_replies: Literal["off", "when_voice", "always"] | None = None
+    """With `speech` set: answer with a voice note too, after the text (`when_voice`: a voice
+    note with one, `always`: every message); `/voice on|off` changes it per chat. Unset:
+    when_voice once `speech` is set."""
 
 
 class TelegramWebhookConfig(Section):

@@ -206,6 +206,23 @@ class Meter:
                 _plus(person[1], charge),
             )
 
+    async def charge(self, payer: Payer, *, model: str, usd: float, job: str) -> None:
+        """Keep the cost of a call that is not a model's (speech), as the payer's."""
+        charge = Charge(
+            at=self.clock(),
+            day=self.today(),
+            agent=payer.agent,
+            person=payer.person,
+            session_id=payer.session_id,
+            job=job,
+            model=model,
+            usd=usd,
+        )
+        await self.spending.record(charge)
+        self._add(charge)
+        if self.metrics is not None and usd:
+            self.metrics.cost_usd.labels(payer.agent).inc(usd)
+
     async def _tell_owners(self, agent: str, limit: str, detail: str, day: str) -> None:
         """Once a day per agent and limit: the owners hear that it stopped, and why."""
         key = f"budget.told:{agent}:{limit}"

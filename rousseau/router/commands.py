@@ -49,6 +49,8 @@ class Context:
     """Where each agent that keeps people's profiles keeps them (/memory, /forget)."""
     meter: Meter | None = None
     """What model calls cost and the budgets (/usage)."""
+    speaks: bool = False
+    """Whether answers can be spoken at all (`speech` is set: /voice)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -173,6 +175,21 @@ async def _usage(ctx: Context, inbound: Inbound) -> str:
     return await usage_lines(meter, inbound.agent, None if inbound.is_group else person)
 
 
+async def _voice(ctx: Context, inbound: Inbound) -> str:
+    """Spoken replies in this chat: /voice on (every answer is also said), /voice off."""
+    from rousseau.router.voice import CHOSEN
+
+    which = inbound.text.split()[1:]
+    if which not in (["on"], ["off"]):
+        return "Say /voice on (answers are also spoken here) or /voice off."
+    await ctx.kv(inbound.transport).set(CHOSEN + inbound.chat_id, which[0])
+    if which == ["off"]:
+        return "Voice replies are off in this chat."
+    if not ctx.speaks:
+        return "Voice replies are on here, but no speech is set up (speech: in the config)."
+    return "Voice replies are on in this chat: my answers will also come as voice notes."
+
+
 async def _approval_answer(ctx: Context, inbound: Inbound) -> bool:
     """An owner's `yes ID` / `no ID` (in groups too, mention or not); from a stranger it is
     an ordinary message."""
@@ -194,6 +211,7 @@ COMMANDS: tuple[Command | Answer, ...] = (
     Command(names=("/memory",), usage="what I keep about you, numbered", run=_memory),
     Command(names=("/forget",), usage="/forget N deletes entry N of /memory", run=_forget),
     Command(names=("/usage",), usage="today's and this month's tokens and cost", run=_usage),
+    Command(names=("/voice",), usage="/voice on|off: answers also spoken here, or not", run=_voice),
     Command(names=("/help",), usage="this message", run=_help),
     Answer(claims=_approval_answer, run=_settle),
 )

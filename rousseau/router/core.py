@@ -39,7 +39,9 @@ from rousseau.router.replies import Replies
 from rousseau.router.sessions import Sessions
 from rousseau.router.settings import RouterSettings
 from rousseau.router.sharing import Sharing
-from rousseau.router.turns import Turns, TurnSlots
+from rousseau.router.slots import TurnSlots
+from rousseau.router.turns import Turns
+from rousseau.router.voice import Speech
 from rousseau.state import SessionStore, Store
 from rousseau.state.daemon_state import DaemonState, TransportState
 from rousseau.state.protocol import DaemonStore, ProfileStore, SharedState
@@ -63,10 +65,8 @@ class ShuttingDown(Exception):
 class _Item:
     inbound: Inbound
     replay: bool
-    attempts: int = 0
-    """Failed tries that count towards giving up."""
-    waits: int = 0
-    """Tries that failed for want of disk space (never given up on)."""
+    attempts: int = 0  # failed tries that count towards giving up
+    waits: int = 0  # tries that failed for want of disk space (never given up on)
 
 
 @dataclass(kw_only=True)
@@ -92,8 +92,7 @@ class Router:
     file_moves: dict[str, Callable[[Attachment], Awaitable[Attachment]]] = field(
         default_factory=dict
     )
-    """Per agent whose workspace is not the one files arrive in: how a file is moved into
-    its own (see media.move_to_workspace)."""
+    """Per agent with a workspace of its own: how a file is moved there (move_to_workspace)."""
     profiles: Mapping[str, ProfileStore] = field(default_factory=dict)
     """Where each agent that keeps people's profiles keeps them (for /memory, /forget)."""
     daemon_state: DaemonStore | None = None
@@ -102,10 +101,11 @@ class Router:
     """A transport's own durable state; None: TransportState beside a SQLite `store`."""
     meter: Meter | None = None
     """The budgets and what the models cost (/usage)."""
+    speech: Speech | None = None
+    """What says answers aloud, where `speech` is configured (router/voice.py)."""
     shared: SharedState | None = None
-    """Where several daemons share the store: each turn holds its session (see
-    router/sharing.py), and messages taken in while every turn slot is busy are handed over
-    to a daemon with a free one."""
+    """Where several daemons share the store: each turn holds its session, and work waits for
+    a daemon with a free turn slot (router/sharing.py)."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -148,6 +148,7 @@ class Router:
             transports=self.transports,
             file_moves=self.file_moves,
             metrics=self.metrics,
+            speech=self.speech,
         )
         self._commands = Commands()
         self._context = Context(
@@ -160,6 +161,7 @@ class Router:
             approvals=self.approvals,
             profiles=self.profiles,
             meter=self.meter,
+            speaks=self.speech is not None,
         )
         self._sharing: Sharing | None = None
         if self.shared is not None:
@@ -324,9 +326,8 @@ class Router:
         *,
         files: Sequence[tuple[Attachment, str]] = (),
     ) -> int:
-        """Queue a message that answers nobody (a cron reply, a notice, a question with
-        answer `buttons`) for delivery through the outbox, split for the platform, then any
-        `files` (with their captions); returns how many parts."""
+        """Queue a message that answers nobody (a cron reply, a notice, a question with answer
+        `buttons`), split for the platform, then any `files` (with captions); how many parts."""
         return await self._replies.notify(transport, chat_id, text, buttons, files=files)
 
     def wake(self, transport: str) -> None:
@@ -370,8 +371,8 @@ class Router:
         return len(self._queues)
 
     async def wait_idle(self) -> None:
-        """Return (at once if none does) once no session queue holds a message: each one taken
-        in for a turn or a command is answered or given up on, its reply queued."""
+        """Return once no session queue holds a message (at once if none does): each one taken
+        in is answered or given up on, its reply queued."""
         while self._queues:
             await self._idle.wait()
 

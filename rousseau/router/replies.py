@@ -118,12 +118,13 @@ class Replies:
         buttons: tuple[str, ...] = (),
         *,
         files: Sequence[tuple[Attachment, str]] = (),
+        thread_id: str | None = None,
     ) -> int:
         """Queue a message that answers nobody (see Router.notify); returns how many parts."""
-        parts = self.parts(transport, chat_id, text)
+        parts = self.parts(transport, chat_id, text, thread_id=thread_id)
         if parts and buttons:  # on the last part, under the whole text
             parts[-1] = dataclasses.replace(parts[-1], buttons=buttons)
-        parts += _file_parts(transport, chat_id, files)
+        parts += _file_parts(transport, chat_id, files, thread_id)
         await self._state.finish(None, parts)
         if parts:
             self.spoke(transport, chat_id)

@@ -33,6 +33,9 @@ class RouterSettings:
     """Per transport: whether replies stream into the chat, and with what progress."""
     acks: Mapping[str, str] = field(default_factory=dict)
     """Per transport: the reaction put on each message taken in for a turn (a receipt)."""
+    voice_replies: Mapping[str, str] = field(default_factory=dict)
+    """Per transport: off, when_voice or always (see rousseau.router.voice); a transport not
+    named here speaks when a voice note asked, where there is speech at all."""
     voice_hint: str = ""
     """Said once in each chat that sends audio nobody transcribes (no speech-to-text is set
     up), after the answer; empty where voice notes are transcribed."""

@@ -1,7 +1,7 @@
 """The turn runner: one message's turn, from its user message to its queued answer, with
 what the chat sees meanwhile (typing, a streamed preview, an approval wait) and the honest
-reply when the model fails or takes too long (DESIGN.md section 1, steps 6 and 7); and the
-slots that bound how many turns run at once."""
+reply when the model fails or takes too long (DESIGN.md section 1, steps 6 and 7). The
+slots that bound how many turns run at once are in slots.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import contextlib
 import functools
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -45,6 +43,8 @@ from rousseau.metrics import Metrics
 from rousseau.router.replies import Replies
 from rousseau.router.sessions import Sessions
 from rousseau.router.settings import RouterSettings
+from rousseau.router.slots import previewing
+from rousseau.router.voice import Speech, Voices
 from rousseau.state.protocol import DaemonStore
 from rousseau.state.records import Progress
 from rousseau.streaming import Preview, StreamSettings, status_line
@@ -61,17 +61,11 @@ TIMEOUT_REPLY = (
     "Sorry, that took too long, so I stopped working on it. "
     "Your message is kept; please try again, perhaps with a smaller request."
 )
-WAITING = "⏳ waiting for an owner to approve a tool call…"
 STOPPED_MARK = "(stopped)"
 """What a stopped turn's preview is left showing."""
 TYPING_EVERY = 4.0
 TYPING_AFTER = 0.5  # a reply faster than this needs no typing indicator
-_HINTED = "rousseau.voice_hint:"  # + chat id: a transport's state key, once it had the hint
 
-_previewing: ContextVar[Preview | None] = ContextVar("previewing", default=None)
-"""The preview of the turn this task runs, if its reply streams (an approval wait shows in it)."""
-_in_slot: ContextVar[tuple[anyio.CapacityLimiter, ...]] = ContextVar("in_turn_slot", default=())
-"""The turn slots this task holds: its agent's (if it has a limit), then the daemon's."""
 
 
 class _Later:
@@ -99,46 +93,6 @@ class _Later:
         self._timers.clear()
 
 
-class TurnSlots:
-    """Turns running at once: at most `max_concurrent_turns` in all, and at most an agent's
-    own limit of that agent's (see RouterSettings.agent_turns)."""
-
-    def __init__(self, settings: RouterSettings) -> None:
-        self._limiter = anyio.CapacityLimiter(settings.max_concurrent_turns)
-        self._agents = {
-            name: anyio.CapacityLimiter(turns) for name, turns in settings.agent_turns.items()
-        }
-
-    @asynccontextmanager
-    async def hold(self, agent: str) -> AsyncIterator[None]:
-        """A turn's slot: its agent's own (where the agent has a limit), then the daemon's."""
-        own = self._agents.get(agent)
-        held = (self._limiter,) if own is None else (own, self._limiter)
-        async with own or contextlib.nullcontext(), self._limiter:
-            token = _in_slot.set(held)
-            try:
-                yield
-            finally:
-                _in_slot.reset(token)
-
-    @asynccontextmanager
-    async def released(self) -> AsyncIterator[None]:
-        """While a turn waits for a person (an approval), its turn slot serves others, and
-        its preview (if its reply streams) says what it waits for."""
-        preview = _previewing.get()
-        if preview is not None:
-            preview.status(WAITING)
-        held = _in_slot.get()
-        for limiter in reversed(held):
-            limiter.release()
-        try:
-            yield
-        finally:
-            with anyio.CancelScope(shield=True):
-                for limiter in held:
-                    await limiter.acquire()
-
-
 class Turns:
     """Runs the turns the Router's workers hand it, one message each."""
 
@@ -155,6 +109,7 @@ class Turns:
         transports: Mapping[str, Transport],
         file_moves: Mapping[str, Callable[[Attachment], Awaitable[Attachment]]],
         metrics: Metrics,
+        speech: Speech | None = None,
     ) -> None:
         self._agent = agent
         self._agents = agents
@@ -168,6 +123,17 @@ class Turns:
         """Each transport's optional abilities, looked up once."""
         self._file_moves = file_moves
         self._metrics = metrics
+        self._voices = Voices(
+            settings=settings,
+            kv=kv,
+            speech=speech,
+            sends_files=lambda name: bool(
+                (self._abilities.get(name) or Abilities()).max_file_bytes
+            ),
+            queue=lambda t, c, thread, files: replies.notify(
+                t, c, "", files=files, thread_id=thread
+            ),
+        )
         self.running: dict[str, tuple[Inbound, anyio.CancelScope]] = {}
         """The turn running in each session, and the message it answers (what /stop
         cancels)."""
@@ -223,7 +189,7 @@ class Turns:
             except StoreError:
                 await self._settle_history(inbound, session.id)
                 raise
-            hint = await self._voice_hint(inbound)
+            hint = await self._voices.hint(inbound)
             # Written after the turn's queued history (and failing if that was lost).
             await self._replies.reply(
                 inbound,
@@ -237,8 +203,7 @@ class Turns:
                 and answer != STOPPED_MARK,
                 history=session.id,
             )
-            if hint:
-                await self._kv(inbound.transport).set(_HINTED + inbound.chat_id, "1")
+            await self._voices.replied(inbound, answer, hinted=bool(hint))
 
     async def _settle_history(self, inbound: Inbound, session_id: str) -> None:
         """A turn failed on the store before its finish: its queued history writes are
@@ -248,14 +213,6 @@ class Turns:
         if history is not None:
             with contextlib.suppress(Exception):
                 await history.flush(session_id)
-
-    async def _voice_hint(self, inbound: Inbound) -> str:
-        """The voice hint, if this message carried audio and its chat was never told."""
-        hint = self._settings.voice_hint
-        if not hint or not any(a.media_type.startswith("audio/") for a in inbound.attachments):
-            return ""
-        told = await self._kv(inbound.transport).get(_HINTED + inbound.chat_id)
-        return "" if told else hint
 
     async def _append_user(self, session: Session, inbound: Inbound) -> None:
         """The message joins its session, its files moved into the agent's own workspace
@@ -372,13 +329,13 @@ class Turns:
             elif event.response is not None:
                 preview.next_step()
 
-        token = _previewing.set(preview)  # for this turn only: an approval wait shows in it
+        token = previewing.set(preview)  # for this turn only: an approval wait shows in it
         status = turn_status.set(preview.status if progress else None)  # sub-agents' steps
         try:
             return await agent.turn(session, on_event=show, flush=False)
         finally:
             turn_status.reset(status)
-            _previewing.reset(token)
+            previewing.reset(token)
 
     async def _typing(self, inbound: Inbound) -> None:
         transport = self._transports.get(inbound.transport)

@@ -527,15 +527,20 @@ class TelegramTransport:
     async def _send_file(
         self, message: Outbound, attachment: Attachment, params: dict[str, Any]
     ) -> None:
-        """A photo where Telegram shows one inline (JPEG, PNG, WebP up to 10 MB), else a
-        document under its own name; the text is the caption."""
+        """A voice note as a voice message, a photo where Telegram shows one inline (JPEG, PNG,
+        WebP up to 10 MB), else a document under its own name; the text is the caption."""
         data = await file_bytes(self.media, message)
         if isinstance(data, Outbound):
             await self.bot.send_message(chat_id=int(message.chat_id), text=data.text)
             return
         chat = int(message.chat_id)
         caption = message.text or None
-        if attachment.media_type in _PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
+        if attachment.voice:  # a voice message: the app plays it with its waveform
+            duration = max(1, round(attachment.duration))
+            await self.bot.send_voice(
+                chat_id=chat, voice=data, duration=duration, caption=caption, **params
+            )
+        elif attachment.media_type in _PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
             await self.bot.send_photo(chat_id=chat, photo=data, caption=caption, **params)
         else:
             await self.bot.send_document(

@@ -641,6 +641,17 @@ class FakeTelegram:
     def _api_sendDocument(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return self._file_sent("document", params)
 
+    def _api_sendVoice(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A voice message: the Bot API plays OGG/Opus (and MP3, M4A) as one."""
+        upload = params.get("voice")
+        if isinstance(upload, tuple) and not upload[1].startswith((b"OggS", b"ID3", b"\xff\xfb")):
+            return 400, {
+                "ok": False,
+                "error_code": 400,
+                "description": "Bad Request: wrong type of the web page content",
+            }
+        return self._file_sent("voice", params)
+
     def _file_sent(self, kind: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """A file the bot uploaded: kept as a Sent whose text is the caption and whose
         params hold `_kind`, `_filename` and `_data` (the uploaded bytes)."""
@@ -661,6 +672,8 @@ class FakeTelegram:
             "file_unique_id": "u",
             "file_size": len(data),
         }
+        if kind == "voice":
+            described |= {"duration": int(params.get("duration") or 0), "mime_type": "audio/ogg"}
         media: Any = [{**described, "width": 1, "height": 1}] if kind == "photo" else described
         return self._record(sent, **{kind: media})
 
