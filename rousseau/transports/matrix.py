@@ -395,8 +395,9 @@ class MatrixTransport:
         raise await self._refused("a preview", reply)
 
     async def _send_file(self, client: nio.AsyncClient, message: Outbound, data: bytes) -> None:
-        """Uploaded to the media repository, then sent as m.image (shown inline), m.audio,
-        m.video or m.file, the text as its caption (Matrix 1.10: `body` beside `filename`)."""
+        """Uploaded to the media repository, then sent as m.image (shown inline), m.audio (a
+        voice note: with the voice flag, its duration and waveform), m.video or m.file, the
+        text as its caption (Matrix 1.10: `body` beside `filename`)."""
         attachment = message.attachment
         assert attachment is not None
         name = attachment.name or "file"
@@ -419,6 +420,12 @@ class MatrixTransport:
             "url": uploaded.content_uri,
             "info": {"mimetype": attachment.media_type, "size": len(data)},
         }
+        if attachment.voice:  # a voice message (MSC3245): clients draw it with a play button
+            millis = round(attachment.duration * 1000)
+            waveform = [round(v * 1024 / 255) for v in attachment.waveform]  # MSC1767: 0-1024
+            content["info"] = {**content["info"], "duration": millis}
+            content["org.matrix.msc1767.audio"] = {"duration": millis, "waveform": waveform}
+            content["org.matrix.msc3245.voice"] = {}
         await self._room_send(client, message.chat_id, content)
 
     async def _room_send(self, client: nio.AsyncClient, room: str, content: dict[str, Any]) -> None:

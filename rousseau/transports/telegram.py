@@ -538,7 +538,12 @@ class TelegramTransport:
         if attachment.voice:  # a voice message: the app plays it with its waveform
             duration = max(1, round(attachment.duration))
             await self.bot.send_voice(
-                chat_id=chat, voice=data, duration=duration, caption=caption, **params
+                chat_id=chat,
+                voice=data,
+                duration=duration,
+                caption=caption,
+                filename=attachment.name or "voice.ogg",
+                **params,
             )
         elif attachment.media_type in _PHOTO_TYPES and len(data) <= MAX_PHOTO_BYTES:
             await self.bot.send_photo(chat_id=chat, photo=data, caption=caption, **params)

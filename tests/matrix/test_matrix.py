@@ -72,9 +72,11 @@ class People:
 
 
 @asynccontextmanager
-async def running(synapse: Synapse, people: People, tmp: Path) -> AsyncIterator[None]:
+async def running(
+    synapse: Synapse, people: People, tmp: Path, *, speech: bool = False
+) -> AsyncIterator[None]:
     config = load_config(
-        None,
+        str(tmp / "config.yaml") if speech else None,
         {
             "HOME": str(tmp),
             "ROUSSEAU_STATE_PATH": str(tmp / "s.db"),
@@ -180,3 +182,84 @@ async def test_a_sync_takes_its_rooms_side_by_side(synapse: Synapse) -> None:
     second = harness.transport()
     second.bind_state(state)
     assert sorted(await taken_side_by_side(second, rooms)) == sorted(rooms)
+
+
+async def test_a_voice_note_is_answered_with_a_matrix_voice_message(
+    synapse: Synapse, tmp_path: Path
+) -> None:
+    """MSC3245: an m.audio event with the voice flag, its duration and waveform (MSC1767),
+    whose file (downloaded as a client does) is OGG/Opus of the length spoken; the text
+    first."""
+    import io
+    import json
+
+    av = pytest.importorskip("av", reason="PyAV (the voice extra) reads the voice notes")
+    from tests.fakes.speech import SECONDS_PER_CHAR, FakeSpeech
+
+    speech = FakeSpeech().start()
+    people = People(synapse)
+    alice = people.alice
+    dm = synapse.call(
+        "POST",
+        "/_matrix/client/v3/createRoom",
+        {"is_direct": True, "invite": [people.bot_id], "preset": "trusted_private_chat"},
+        token=alice["access_token"],
+    )["room_id"]
+    (tmp_path / "config.yaml").write_text(
+        json.dumps({"speech": {"base_url": speech.base_url, "model": "tts-1"}})
+    )
+    try:
+        async with running(synapse, people, tmp_path, speech=True):
+            await wait_for(lambda: people.bot_id in people.members(dm))
+            uploaded = json.loads(
+                synapse.raw(
+                    "POST",
+                    "/_matrix/media/v3/upload?filename=note.ogg",
+                    b"OggS" + bytes(300),
+                    alice["access_token"],
+                    "audio/ogg",
+                )
+            )["content_uri"]
+            content = {
+                "msgtype": "m.audio",
+                "body": "Voice message",
+                "url": uploaded,
+                "info": {"mimetype": "audio/ogg", "size": 304, "duration": 2000},
+                "org.matrix.msc3245.voice": {},
+            }
+            path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(dm)}/send/m.room.message/v1"
+            synapse.call("PUT", path, content, token=alice["access_token"])
+
+            def voice_events() -> list[dict[str, Any]]:
+                path = f"/_matrix/client/v3/rooms/{urllib.parse.quote(dm)}/messages?dir=b"
+                chunk = synapse.call("GET", path, token=alice["access_token"])["chunk"]
+                return [
+                    e for e in reversed(chunk)
+                    if e["sender"] == people.bot_id and e["type"] == "m.room.message"
+                ]  # fmt: skip
+
+            def spoken() -> bool:
+                return any(e["content"]["msgtype"] == "m.audio" for e in voice_events())
+
+            await wait_for(spoken)
+    finally:
+        speech.stop()
+    kinds = [e["content"]["msgtype"] for e in voice_events()]
+    assert kinds[-1] == "m.audio" and "m.audio" not in kinds[:-1]  # the texts first
+    text, voice = voice_events()[0], voice_events()[-1]
+    assert text["content"]["msgtype"] == "m.text" and text["content"]["body"].startswith("echo:")
+    said = voice["content"]
+    assert said["msgtype"] == "m.audio" and "org.matrix.msc3245.voice" in said
+    assert said["info"]["mimetype"] == "audio/ogg"
+    waveform = said["org.matrix.msc1767.audio"]["waveform"]
+    assert len(waveform) == 64 and max(waveform) == 1024
+    server, media = said["url"].removeprefix("mxc://").split("/")
+    data = synapse.raw(
+        "GET", f"/_matrix/client/v1/media/download/{server}/{media}", None, alice["access_token"]
+    )
+    with av.open(io.BytesIO(data)) as note:
+        assert (note.format.name, note.streams.audio[0].codec_context.name) == ("ogg", "opus")
+        seconds = note.duration / 1_000_000
+    [spoken] = speech.said
+    assert abs(seconds - len(spoken.text) * SECONDS_PER_CHAR) < 0.2
+    assert abs(said["info"]["duration"] - seconds * 1000) < 50  # (the container pads Opus)

@@ -97,7 +97,7 @@ def test_a_voice_note_is_answered_with_the_text_and_a_voice_message(
     kind, codec, seconds = played(note.params["_data"])
     assert (kind, codec) == ("ogg", "opus")
     assert abs(seconds - len(SPOKEN) * SECONDS_PER_CHAR) < 0.2
-    assert int(note.params["duration"]) == round(seconds)
+    assert abs(int(note.params["duration"]) - seconds) <= 1
     # a typed message is answered in text alone (voice_replies: when_voice)
     telegram.push("hello there")
     assert wait_until(lambda: any(s.text == "echo: hello there" for s in telegram.sent), 20)

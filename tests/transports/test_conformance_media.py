@@ -263,3 +263,53 @@ async def test_a_file_queued_before_a_kill_is_delivered_once_after_the_restart(
         await settle()
     assert (sent.data, sent.chat) == (PNG, harness.dm_chat)
     assert len(files.files_delivered()) == 1
+
+
+async def test_a_voice_note_is_answered_with_a_voice_note_and_the_text(
+    harness: Harness, tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    """With `speech` set, a voice note's answer is the text and then a voice note: OGG/Opus of
+    the length the fake speech server said (PyAV reads it back); /voice off stops it."""
+    import io
+
+    av = pytest.importorskip("av", reason="PyAV (the voice extra) reads the voice notes")
+    from tests.fakes.speech import SECONDS_PER_CHAR, FakeSpeech
+
+    files = takes_files(harness)
+    speech = FakeSpeech().start()
+    settings = {"speech": {"base_url": speech.base_url, "model": "tts-1"}}
+
+    def notes() -> list[DeliveredFile]:
+        return [f for f in files.files_delivered() if f.name.endswith(".ogg")]
+
+    def said(start: str) -> bool:
+        # (a harness may take a text right after a file for its caption: iMessage's does)
+        texts = [d.text for d in harness.delivered()]
+        texts += [f.caption for f in files.files_delivered()]
+        return any(text.startswith(start) for text in texts)
+
+    async def until(check: Any) -> None:
+        with anyio.fail_after(30):
+            while not check():
+                await anyio.sleep(0.05)
+
+    try:
+        async with daemon(harness, tmp_path, settings):
+            voice = File("voice.ogg", "audio/ogg", OGG, voice=True, seconds=3)
+            await act(files.dm_file, "", voice)
+            await until(lambda: notes() and said("got "))
+            await act(harness.dm, "/voice off")
+            await until(lambda: said("Voice replies are off"))
+            await act(files.dm_file, "", voice)
+            await until(lambda: sum(d.text.startswith("got ") for d in harness.delivered()) == 2)
+            await settle()
+            [note] = notes()  # one: none after /voice off
+    finally:
+        speech.stop()
+    [spoken] = speech.said
+    assert note.chat == harness.dm_chat
+    with av.open(io.BytesIO(note.data)) as played:
+        kind = (played.format.name, played.streams.audio[0].codec_context.name)
+        seconds = played.duration / 1_000_000
+    assert kind == ("ogg", "opus")
+    assert abs(seconds - len(spoken.text) * SECONDS_PER_CHAR) < 0.2
