@@ -68,6 +68,24 @@ class FakeWhatsAppClient:
         self.sent_ids.append(message_id)
         return message_id
 
+    async def send_voice(self, jid: str, data: bytes, *, seconds: int, waveform: bytes) -> str:
+        message_id = f"OUT{next(self._ids)}"
+        self.sent_files.append(
+            {
+                "jid": jid,
+                "data": data,
+                "media_type": "audio/ogg; codecs=opus",
+                "name": "voice.ogg",
+                "caption": "",
+                "image": False,
+                "ptt": True,
+                "seconds": seconds,
+                "waveform": waveform,
+            }
+        )
+        self.sent_ids.append(message_id)
+        return message_id
+
     async def download(self, message: Any) -> bytes:
         for field in ("imageMessage", "documentMessage", "audioMessage", "videoMessage"):
             if message.HasField(field):

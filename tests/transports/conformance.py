@@ -91,6 +91,9 @@ class DeliveredFile:
     inline: bool
     """Sent as an image the app shows in the conversation (not as a document)."""
     caption: str = ""
+    voice: bool = False
+    """Sent as the platform's own voice message (a play button, not a file), where the
+    harness can tell."""
 
 
 class TakesFiles(Protocol):

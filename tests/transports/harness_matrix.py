@@ -239,6 +239,7 @@ class MatrixHarness:
                     data=self.synapse.raw("GET", path, None, self.alice["access_token"]),
                     inline=content["msgtype"] == "m.image",
                     caption=content["body"] if content["body"] != name else "",
+                    voice="org.matrix.msc3245.voice" in content,
                 )
             )
         return out

@@ -113,6 +113,7 @@ class TelegramHarness:
                 data=s.params["_data"],
                 inline=s.params["_kind"] == "photo",
                 caption=s.text,
+                voice=s.params["_kind"] == "voice",
             )
             for s in self.fake.sent
             if "_kind" in s.params

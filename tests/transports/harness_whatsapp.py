@@ -96,6 +96,7 @@ class WhatsAppHarness:
                 data=f["data"],
                 inline=f["image"],
                 caption=f["caption"],
+                voice=f.get("ptt", False),
             )
             for f in self.client.sent_files
         ]
