@@ -9,6 +9,7 @@ The session is the history: a page opened later reads it from the store.
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -48,6 +49,12 @@ class Event:
     """The message it answers (the final part of a reply), as the router gave it."""
     buttons: tuple[str, ...] = ()
     """Answers the page offers as buttons (an approval's `yes CODE` and `no CODE`)."""
+    audio: str = ""
+    """A voice note's address (`/chat/voice/SHA256`), which the page plays inline."""
+
+
+VOICE_NOTES = 1000
+"""Voice notes a web chat remembers it was sent (the ones its page may fetch), in all."""
 
 
 class WebChat:
@@ -69,6 +76,10 @@ class WebChat:
         self._media: MediaIntake | None = None
         self._stopped = anyio.Event()
         self._listeners: dict[str, set[MemoryObjectSendStream[Event]]] = {}
+        self._voiced: OrderedDict[tuple[str, str], None] = OrderedDict()
+        """(chat, sha256) of the voice notes sent to each chat, the oldest dropped first."""
+        if name == "web":  # the page plays voice notes; an API caller reads text alone
+            self.max_file_bytes = 20_000_000
 
     @property
     def connected(self) -> bool:
@@ -157,9 +168,15 @@ class WebChat:
                 pass
 
     async def send(self, message: Outbound) -> None:
-        text = message.text
-        if message.attachment is not None:
-            text = "\n".join(t for t in (text, message.attachment.stand_in()) if t)
+        text, audio = message.text, ""
+        attachment = message.attachment
+        if attachment is not None and attachment.voice:
+            audio = f"/chat/voice/{attachment.sha256}"
+            self._voiced[message.chat_id, attachment.sha256] = None
+            while len(self._voiced) > VOICE_NOTES:
+                self._voiced.popitem(last=False)
+        elif attachment is not None:
+            text = "\n".join(t for t in (text, attachment.stand_in()) if t)
         self._publish(
             message.chat_id,
             Event(
@@ -168,8 +185,15 @@ class WebChat:
                 text=text,
                 reply_to=message.reply_to,
                 buttons=message.buttons,
+                audio=audio,
             ),
         )
+
+    async def voice_note(self, chat_id: str, sha256: str) -> bytes | None:
+        """A voice note sent to this chat (None for any other file, or one forgotten)."""
+        if (chat_id, sha256) not in self._voiced or self._media is None:
+            return None
+        return await self._media.blobs.read(sha256)
 
     async def preview(
         self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlencode
@@ -560,10 +561,24 @@ async def chat_events(request: Request, login: Login) -> Response:
                     "text": event.text,
                     "final": event.kind == "message",
                     "buttons": list(event.buttons),
+                    "audio": event.audio,
                 }
                 yield f"event: {event.kind}\ndata: {dumps(data)}\n\n"
 
     return _stream(events())
+
+
+@guarded("call", role="chat")
+async def chat_voice(request: Request, login: Login) -> Response:
+    """A voice note sent to the asker's own chat, for the page to play."""
+    face: Face = request.app.state.face
+    sha256 = request.path_params["sha256"]
+    found = None
+    if face.chat is not None and re.fullmatch(r"[0-9a-f]{64}", sha256):
+        found = await face.chat.voice_note(_chat_id(login), sha256)
+    if found is None:
+        return PlainTextResponse("no such voice note\n", status_code=404)
+    return Response(found, media_type="audio/ogg", headers={"Cache-Control": "private"})
 
 
 def _note(request: Request) -> str:
@@ -589,4 +604,5 @@ def routes() -> list[Route]:
         Route("/chat", chat_page),
         Route("/chat/send", chat_send, methods=["POST"]),
         Route("/chat/events", chat_events),
+        Route("/chat/voice/{sha256}", chat_voice),
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.fakes.llm import (
     JSONReply,
     Recorded,
     Reply,
+    SSEReply,
     openai_completion,
     openai_stream,
 )
@@ -139,3 +141,49 @@ def test_a_failing_speech_server_still_delivers_the_text(
     assert wait_until(lambda: any(s.text == "echo: and now?" for s in telegram.sent), 20)
     assert voices(telegram) == []
     assert "router.speech_failed" in daemon.log.read_text()
+
+
+def test_a_streamed_reply_still_streams_and_the_voice_note_follows(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,
+    llm: FakeLLMServer,  # noqa: F811
+    speech: FakeSpeech,
+) -> None:
+    speaking(daemon, llm, speech)
+    edit_config(daemon, lambda c: c["telegram"].update(streaming="edit"))
+
+    def slowly(recorded: Recorded) -> Reply:  # written over ~2 s: the preview shows it
+        reply = answering(recorded)
+        if isinstance(reply, SSEReply):
+            reply.pace = 2.0 / len(reply.events)
+        return reply
+
+    llm.responder = slowly
+    daemon.start()
+    telegram.push("", attach=("voice", OGG, "", "audio/ogg"))
+    assert wait_until(lambda: len(voices(telegram)) == 1, timeout=30)
+    [preview] = [s for s in telegram.sent if "_kind" not in s.params]
+    assert preview.shown == ANSWER  # streamed into one message, edited to the whole answer
+    assert [e for e in telegram.edits if e.message_id == preview.message_id]  # edited as written
+    assert telegram.sent.index(preview) < telegram.sent.index(voices(telegram)[0])
+
+
+@pytest.mark.anyio
+async def test_a_web_chat_serves_a_voice_note_to_its_own_chat_alone(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from rousseau.media import BlobStore, MediaIntake
+    from rousseau.messages import Outbound
+    from rousseau.web.chat import WebChat
+
+    chat = WebChat()
+    blobs = BlobStore(folder=tmp_path / "blobs")
+    chat.bind_media(MediaIntake(blobs=blobs, workspace=tmp_path / "ws"))
+    kept = await blobs.put(OGG, media_type="audio/ogg", name="voice-1.ogg")
+    voiced = replace(kept, voice=True, duration=1.0)
+    await chat.send(Outbound(transport="web", chat_id="owner", text="", attachment=voiced))
+    assert await chat.voice_note("owner", kept.sha256) == OGG
+    assert await chat.voice_note("carol", kept.sha256) is None  # not hers
+    other = await blobs.put(b"%PDF-1.4", media_type="application/pdf", name="x.pdf")
+    assert await chat.voice_note("owner", other.sha256) is None  # not a voice note sent
+    assert WebChat("api").__dict__.get("max_file_bytes") is None  # the API reads text only

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
+from tests.fakes.speech import FakeSpeech
 from tests.fakes.telegram import FakeTelegram
 from tests.helpers import ROUSSEAU, free_port, unavailable
 
@@ -69,7 +70,9 @@ def hashed(password: str) -> str:
 
 
 class WebDaemon:
-    def __init__(self, tmp: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> None:
+    def __init__(
+        self, tmp: Path, telegram: FakeTelegram, llm: FakeLLMServer, speech: str = ""
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmp = tmp
@@ -98,6 +101,7 @@ class WebDaemon:
                         },
                     },
                     "shutdown_grace": "3s",
+                    **({"speech": {"base_url": speech, "model": "tts-1"}} if speech else {}),
                     "web": {
                         "listen": f"127.0.0.1:{self.port}",
                         "password_hash": hashed(PASSWORD),
@@ -113,6 +117,8 @@ class WebDaemon:
             )
         )
         self.log = tmp / "daemon.log"
+        self.speech: FakeSpeech | None = None
+        """The speech server its spoken replies come from, where it has one."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WebDaemon:
@@ -200,12 +206,15 @@ def web_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDaemon]:
         unavailable("the web extra is not installed (pip install 'rousseau[web]')")
     telegram = FakeTelegram().start()
     llm = FakeLLMServer().start()
+    speech = FakeSpeech().start()
     llm.responder = model
-    daemon = WebDaemon(tmp_path_factory.mktemp("web"), telegram, llm).start()
+    daemon = WebDaemon(tmp_path_factory.mktemp("web"), telegram, llm, speech.base_url).start()
+    daemon.speech = speech
     yield daemon
     daemon.stop()
     telegram.stop()
     llm.stop()
+    speech.stop()
 
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

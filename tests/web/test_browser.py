@@ -158,3 +158,43 @@ def test_a_wrong_password_is_refused_and_the_fifth_try_is_rate_limited(page: Any
     page.get_by_role("button", name="Log in").click()
     assert page.get_by_role("alert").inner_text() == "Too many tries: wait a minute."
     assert page.url.endswith("/login")
+
+
+def test_a_voice_note_in_the_web_chat_is_answered_with_one_the_page_plays(
+    page: Any, web_daemon: WebDaemon, tmp_path: Path
+) -> None:
+    """An audio file sent from the page is a voice note: the answer's text comes, then a
+    spoken reply the page plays inline (its bytes OGG/Opus, served to this chat alone)."""
+    import io
+
+    av = pytest.importorskip("av", reason="PyAV (the voice extra) reads the voice notes")
+    from tests.fakes.speech import tone
+
+    note = tmp_path / "question.wav"
+    note.write_bytes(tone(1.0))
+    log_in(page)
+    page.goto("/chat")
+    page.get_by_label("Attach").set_input_files(str(note))
+    page.get_by_role("button", name="Send").click()
+    audio = page.locator(".conversation .assistant.voice audio")
+    audio.wait_for()
+    source = audio.get_attribute("src")
+    assert source is not None and re.fullmatch(r"/chat/voice/[0-9a-f]{64}", source)
+    texts = page.locator(".conversation .assistant:not(.voice)", has_text="question.wav")
+    texts.last.wait_for()  # the text came too (echoed)
+    played = page.request.get(source)
+    assert played.status == 200 and played.headers["content-type"] == "audio/ogg"
+    with av.open(io.BytesIO(played.body())) as heard:
+        assert heard.streams.audio[0].codec_context.name == "opus"
+    duration = page.evaluate(
+        "async (a) => { const el = document.querySelector(a); if (isNaN(el.duration))"
+        " await new Promise(r => el.addEventListener('loadedmetadata', r)); return el.duration; }",
+        ".conversation .assistant.voice audio",
+    )
+    assert duration > 0.5  # Chromium read it as audio it can play
+    assert web_daemon.speech is not None and len(web_daemon.speech.said) == 1
+    # nobody else may fetch it: a stranger to the page gets nothing
+    context = page.context.browser.new_context(base_url=web_daemon.url)
+    refused = context.request.get(source, max_redirects=0)
+    context.close()
+    assert refused.status != 200

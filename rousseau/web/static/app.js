@@ -102,6 +102,18 @@ function chat() {
   });
   events.addEventListener("message", (e) => {
     const m = JSON.parse(e.data);
+    if (m.audio) {  // a spoken reply: played here, after its text
+      const item = document.createElement("li");
+      item.className = "assistant voice";
+      const audio = document.createElement("audio");
+      audio.controls = true;
+      audio.preload = "metadata";
+      audio.src = m.audio;
+      item.appendChild(audio);
+      list.appendChild(item);
+      if (atEnd()) newest();
+      return;
+    }
     show("assistant", m.id, m.text, false, m.buttons || []);
   });
   newest();  // a long history opens at its end
