@@ -131,9 +131,9 @@ class Daemon:
         return 130 if self.forced else 0
 
     async def _close(self, parts: Parts | None, backend: Backend) -> None:
-        """Close every transport, the providers, the transcriber and the tools holding a
-        client (the web tools'), each given a few seconds, a failure never skipping the rest;
-        then checkpoint and close the store."""
+        """Close every transport, the providers, the transcriber, the speech client and the
+        tools holding a client (the web tools'), each given a few seconds, a failure never
+        skipping the rest; then checkpoint and close the store."""
         providers = parts.providers if parts is not None else []
         registries = parts.registries if parts is not None else []
         tools = {id(t): t for r in registries for t in map(r.get, r.names())}
@@ -155,6 +155,9 @@ class Daemon:
                 tg.start_soon(close, "transcriber", transcriber.aclose)
             if parts is not None and parts.indexer is not None:
                 tg.start_soon(close, "embeddings", parts.indexer.embeddings.aclose)
+            speech = parts.router.speech if parts is not None else None
+            if speech is not None and isinstance(speech.speaker, SupportsAclose):
+                tg.start_soon(close, "speech", speech.speaker.aclose)
             for tool in tools.values():
                 if isinstance(tool, SupportsAclose):
                     tg.start_soon(close, f"tool {tool.name}", tool.aclose)

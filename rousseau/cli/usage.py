@@ -24,10 +24,9 @@ class Figures:
     budgets: dict[str, BudgetConfig]
 
     def of(self, agent: str, person: str, *, month: bool = False) -> Spent:
-        from rousseau.state.records import Spent
+        from rousseau.costs.report import spent_of
 
-        rows = self.month if month else self.today
-        return next((r.spent for r in rows if (r.agent, r.person) == (agent, person)), Spent())
+        return spent_of(self.month if month else self.today, agent, person)
 
 
 def usage(args: argparse.Namespace) -> int:

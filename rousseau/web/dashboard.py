@@ -33,9 +33,7 @@ from rousseau.web.auth import COOKIE, Login, same
 from rousseau.web.face import Face
 
 if TYPE_CHECKING:
-    from rousseau.costs import Meter
     from rousseau.state.backend import Backend
-    from rousseau.state.records import SpendingRow
 
 log = structlog.get_logger("rousseau.web")
 
@@ -348,6 +346,8 @@ async def audit(request: Request, login: Login) -> Response:
 
 @guarded("page")
 async def usage(request: Request, login: Login) -> Response:
+    from rousseau.costs.report import spending_page
+
     listed = await _backend(request).store.list_sessions(limit=1000)
     days: dict[str, list[int]] = {}
     for info in listed:
@@ -362,53 +362,8 @@ async def usage(request: Request, login: Login) -> Response:
         "usage.html",
         sessions=listed,
         days=sorted(days.items(), reverse=True),
-        spending=await _spending(request.app.state.face.meter),
+        spending=await spending_page(request.app.state.face.meter),
     )
-
-
-async def _spending(meter: Meter | None) -> dict[str, Any] | None:
-    """Today's and this month's money, by agent (with its limits) and by person."""
-    if meter is None:
-        return None
-    from rousseau.costs.report import money
-    from rousseau.state.records import ALL_PEOPLE, Spent, month_of
-
-    day = meter.today()
-    today = await meter.spending.report(day, day)
-    month = await meter.spending.report(*month_of(day))
-
-    def total(rows: list[SpendingRow]) -> float:
-        return sum(r.spent.usd for r in rows if r.person == ALL_PEOPLE)
-
-    def of(rows: list[SpendingRow], agent: str, person: str = ALL_PEOPLE) -> Spent:
-        return next((r.spent for r in rows if (r.agent, r.person) == (agent, person)), Spent())
-
-    agents = sorted({r.agent for r in month if r.person == ALL_PEOPLE} | set(meter.budgets))
-    return {
-        "day": day,
-        "today": money(total(today)),
-        "month": money(total(month)),
-        "agents": [
-            {
-                "name": agent,
-                "today": of(today, agent),
-                "month": of(month, agent),
-                "budget": meter.budgets.get(agent),
-            }
-            for agent in agents
-        ],
-        "people": [
-            {
-                "agent": r.agent,
-                "person": r.person or "(nobody)",
-                "month": r.spent,
-                "today": of(today, r.agent, r.person),
-            }
-            for r in month
-            if r.person != ALL_PEOPLE
-        ][:200],
-        "money": money,
-    }
 
 
 # -- cron -----------------------------------------------------------------------------------

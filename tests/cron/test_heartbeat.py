@@ -27,6 +27,7 @@ from rousseau.state.records import Charge
 from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.state.sqlite_spending import SqliteSpending
 from rousseau.transports.base import MemoryTransport
+from tests.cron.test_scheduler import Outbox
 
 pytestmark = pytest.mark.anyio
 
@@ -47,17 +48,6 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     made = Clock()
     monkeypatch.setattr(time, "time", made)
     return made
-
-
-class Outbox:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str, str]] = []
-
-    async def __call__(
-        self, transport: str, recipient: str, text: str, buttons: object = (), *, files: object = ()
-    ) -> int:
-        self.sent.append((transport, recipient, text))
-        return 1
 
 
 @pytest.fixture
