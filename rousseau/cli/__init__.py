@@ -137,9 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     spend.add_argument(
         "--limit", type=int, default=20, help="people listed per agent at most (default: 20)"
     )
-    spend.add_argument(
-        "--json", action="store_true", help="the figures as JSON (default: as text)"
-    )
+    spend.add_argument("--json", action="store_true", help="the figures as JSON (default: as text)")
     spend.set_defaults(func="usage:usage")
 
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")

@@ -166,10 +166,7 @@ class Meter:
             cache_write_tokens=usage.cache_write_tokens,
             usd=usd,
         )
-        await self.spending.record(charge)
-        self._add(charge)
-        if self.metrics is not None and usd:
-            self.metrics.cost_usd.labels(payer.agent).inc(usd)
+        await self._keep(charge)
         return usd
 
     def _remembered(self, payer: Payer, day: str) -> Spending | None:
@@ -218,10 +215,14 @@ class Meter:
             model=model,
             usd=usd,
         )
+        await self._keep(charge)
+
+    async def _keep(self, charge: Charge) -> None:
+        """A call's cost into the ledger, what this meter remembers, and the metrics."""
         await self.spending.record(charge)
         self._add(charge)
-        if self.metrics is not None and usd:
-            self.metrics.cost_usd.labels(payer.agent).inc(usd)
+        if self.metrics is not None and charge.usd:
+            self.metrics.cost_usd.labels(charge.agent).inc(charge.usd)
 
     async def _tell_owners(self, agent: str, limit: str, detail: str, day: str) -> None:
         """Once a day per agent and limit: the owners hear that it stopped, and why."""

@@ -92,9 +92,7 @@ _LISTED: dict[str, tuple[float, float, float | None, float | None]] = {
     "deepseek-chat": (0.27, 1.10, 0.07, 0.0),
     "deepseek-r1": (0.55, 2.19, 0.14, 0.0),
 }
-DEFAULT_PRICES: Mapping[str, Price] = {
-    name: Price.of(*listed) for name, listed in _LISTED.items()
-}
+DEFAULT_PRICES: Mapping[str, Price] = {name: Price.of(*listed) for name, listed in _LISTED.items()}
 
 _DATED = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 

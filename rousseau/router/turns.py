@@ -67,7 +67,6 @@ TYPING_EVERY = 4.0
 TYPING_AFTER = 0.5  # a reply faster than this needs no typing indicator
 
 
-
 class _Later:
     """Tasks started in a task group after a delay, by the event loop's timers: a turn that
     ends first starts none of them (a task started and cancelled at each turn, for typing and

@@ -46,6 +46,7 @@ log = structlog.get_logger("rousseau.state")
 MIGRATION_LOCK = 0x726F7573  # the advisory lock daemons starting at once take to migrate
 SNIPPET = "StartSel='',StopSel='',MaxWords=24,MinWords=12,ShortWord=1"
 
+
 def _failed(exc: Exception) -> StoreError:
     """psycopg's error as the store's: a full disk (disk_full, SQLSTATE 53100) is the same
     StoreFullError as SQLite's, which the router waits out instead of giving up on."""
