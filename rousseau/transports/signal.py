@@ -319,6 +319,8 @@ class SignalTransport:
                 encoded = base64.b64encode(data).decode()
                 name = (a.name or "file").replace(";", "_").replace(",", "_")
                 params["attachments"] = [f"data:{a.media_type};filename={name};base64,{encoded}"]
+                if a.voice:  # a voice note, played in place (signal-cli 0.14.2 and later)
+                    params["voiceNote"] = True
         await self.request("send", params)
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:

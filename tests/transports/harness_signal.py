@@ -191,6 +191,7 @@ class SignalHarness:
                         data=base64.b64decode(encoded),
                         inline=media_type.startswith("image/"),  # Signal shows images inline
                         caption=p["message"],
+                        voice=p.get("voiceNote") is True,
                     )
                 )
         return out
