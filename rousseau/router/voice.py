@@ -115,9 +115,6 @@ class Voices:
         mode = self._settings.voice_replies.get(inbound.transport, "when_voice")
         return mode == "always" or (mode == "when_voice" and _audio(inbound))
 
-    async def choose(self, inbound: Inbound, on: bool) -> None:
-        await self._kv(inbound.transport).set(CHOSEN + inbound.chat_id, "on" if on else "off")
-
     async def _speak(self, inbound: Inbound, answer: str) -> None:
         speech = self._speech
         assert speech is not None
@@ -136,6 +133,8 @@ class Voices:
                 files.append((voiced, ""))
         except (RousseauError, OSError) as exc:  # the text is out already: only voice is lost
             log.warning("router.speech_failed", error=str(exc), notes=len(files))
+        except Exception:  # a bug here must not fail (and so retry) a message answered already
+            log.exception("router.speech_failed", notes=len(files))
         if files:
             await self._queue(inbound.transport, inbound.chat_id, inbound.thread_id, files)
 
