@@ -337,16 +337,21 @@ def _speech(config: Config, media: MediaIntake, meter: Meter | None) -> Speech |
     section = config.speech
     if section is None:
         return None
-    from rousseau.media.speech import Speaker, speakable
+    from rousseau.media.speech import LocalSpeaker, Speaker, speakable
 
     key = section.api_key.get_secret_value() if section.api_key is not None else None
-    speaker = Speaker(
-        base_url=section.base_url,
-        api_key=key,
-        model=section.model,
-        voice=section.voice,
-        timeout=section.timeout,
-    )
+    speaker: Speaker | LocalSpeaker
+    if section.engine == "piper":
+        speaker = LocalSpeaker(section.voice)
+    else:
+        assert section.base_url is not None  # the config checked it
+        speaker = Speaker(
+            base_url=section.base_url,
+            api_key=key,
+            model=section.model,
+            voice=section.voice,
+            timeout=section.timeout,
+        )
     return Speech(
         speaker=speaker,
         blobs=media.blobs,

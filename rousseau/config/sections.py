@@ -375,7 +375,11 @@ class TranscriptionConfig(Section):
 
 
 class SpeechConfig(Section):
-    base_url: str
+    engine: Literal["openai", "piper"] = "openai"
+    """openai: any OpenAI-compatible /audio/speech at `base_url`; piper: Piper's engine in
+    this process (the voice-local extra), `voice` the path of a Piper voice (.onnx, with its
+    .onnx.json beside it)."""
+    base_url: str | None = None
     """An OpenAI-compatible server with /audio/speech: https://api.openai.com/v1, or a local
     one (Kokoro-FastAPI, a Piper server) at its address."""
     api_key: SecretStr | None = None
@@ -397,11 +401,21 @@ class SpeechConfig(Section):
 
     @field_validator("base_url")
     @classmethod
-    def _address(cls, value: str) -> str:
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         value = value.strip().rstrip("/")
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"{value!r} is not an http:// or https:// address")
         return value
+
+    @model_validator(mode="after")
+    def _engine_has_what_it_needs(self) -> SpeechConfig:
+        if self.engine == "openai" and self.base_url is None:
+            raise ValueError("base_url: needed by the openai engine (or engine: piper)")
+        if self.engine == "piper" and not self.voice.endswith(".onnx"):
+            raise ValueError("voice: the piper engine takes a voice's .onnx file")
+        return self
 
 
 class MediaConfig(Section):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import importlib.util
 import io
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -204,3 +205,37 @@ class Speaker:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+
+class LocalSpeaker:
+    """Text into speech in this process, with Piper's engine (piper-tts: ONNX voices people
+    download themselves, a .onnx with its .onnx.json); the voice is loaded at the first
+    spoken reply, in a thread, and each note is made in a thread too."""
+
+    model = "piper"
+
+    def __init__(self, voice: str) -> None:
+        if importlib.util.find_spec("piper") is None or importlib.util.find_spec("av") is None:
+            raise MissingExtraError("spoken replies with the piper engine", "voice-local")
+        self.path = voice
+        self._voice: Any = None
+        self._lock = anyio.Lock()
+
+    async def say(self, text: str) -> VoiceNote:
+        async with self._lock:  # one voice, loaded once; one note made at a time
+            try:
+                return await anyio.to_thread.run_sync(self._say, text)
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise ProviderError("speech", f"piper voice {self.path}: {exc}") from exc
+
+    def _say(self, text: str) -> VoiceNote:
+        import wave
+
+        if self._voice is None:
+            from piper import PiperVoice
+
+            self._voice = PiperVoice.load(os.path.expanduser(self.path))
+        audio = io.BytesIO()
+        with wave.open(audio, "wb") as out:
+            self._voice.synthesize_wav(text, out)
+        return voice_note(audio.getvalue())

@@ -6,6 +6,7 @@ code or long link; /voice off and on; a failing speech server still delivers the
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,57 @@ async def test_a_web_chat_serves_a_voice_note_to_its_own_chat_alone(tmp_path: Pa
     other = await blobs.put(b"%PDF-1.4", media_type="application/pdf", name="x.pdf")
     assert await chat.voice_note("owner", other.sha256) is None  # not a voice note sent
     assert WebChat("api").__dict__.get("max_file_bytes") is None  # the API reads text only
+
+
+def test_the_in_process_piper_engine_speaks_with_a_voice_file(
+    daemon: Daemon,  # noqa: F811
+    telegram: FakeTelegram,
+    llm: FakeLLMServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """speech.engine piper: no server; the voice a user put on disk (here one made for the
+    test) says the answer, in the daemon's own process."""
+    pytest.importorskip("piper", reason="piper-tts (the voice-local extra) is not installed")
+    pytest.importorskip("onnx", reason="onnx makes the test's Piper voice")
+    from tests.fakes.piper_voice import PER_PHONEME, RATE, make_voice
+
+    voice = make_voice(tmp_path / "voice.onnx")
+
+    def change(config: dict[str, Any]) -> None:
+        config["media"] = {"transcription": {"base_url": llm.url + "/v1", "model": "whisper"}}
+        config["speech"] = {"engine": "piper", "voice": str(voice)}
+        config["telegram"].update(streaming="off")
+
+    edit_config(daemon, change)
+    llm.responder = answering
+    daemon.start()
+    telegram.push("", attach=("voice", OGG, "", "audio/ogg"))
+    assert wait_until(lambda: len(voices(telegram)) == 1, timeout=30), daemon.log.read_text()[
+        -3000:
+    ]
+    kind, codec, seconds = played(voices(telegram)[0].params["_data"])
+    assert (kind, codec) == ("ogg", "opus")
+    # Piper's text phonemes are the spoken text's characters, each followed by a pause id,
+    # between a start and an end mark: 256 samples each at 22,050 Hz
+    shortest, longest = (
+        len(SPOKEN) * PER_PHONEME / RATE,
+        (2 * len(SPOKEN) + 3) * PER_PHONEME / RATE,
+    )
+    assert shortest < seconds <= longest + 0.05, (seconds, shortest, longest)
+
+
+def test_speech_config_errors_name_the_key(tmp_path: Path) -> None:
+    from rousseau.agent import ConfigError
+    from rousseau.config import load_config
+
+    path = tmp_path / "config.yaml"
+    for bad, says in (
+        ({"model": "tts-1"}, "base_url: needed by the openai engine"),
+        ({"engine": "piper", "voice": "alloy"}, "voice: the piper engine takes a voice's .onnx"),
+        ({"base_url": "ftp://x"}, "speech.base_url"),
+        ({"base_url": "http://x", "max_notes": 0}, "speech.max_notes"),
+    ):
+        path.write_text(json.dumps({"speech": bad}))
+        with pytest.raises(ConfigError, match=r"speech") as raised:
+            load_config(str(path), {"HOME": str(tmp_path)})
+        assert says in str(raised.value), str(raised.value)
