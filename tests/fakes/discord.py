@@ -83,6 +83,13 @@ class SentMessage:
     shown: str = ""
     """What the channel shows now: the content as sent, or as last edited."""
     edited_at: list[float] = field(default_factory=list)
+    flags: int = 0
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+    """payload_json's attachments: each file's id and name (a voice message's duration_secs
+    and waveform)."""
+
+
+VOICE_MESSAGE = 1 << 13
 
 
 class FakeDiscord(AioServer):
@@ -396,6 +403,10 @@ class FakeDiscord(AioServer):
                     files.append((part.filename or "", bytes(await part.read()), content_type))
         else:
             body = await request.json()
+        flags = int(body.get("flags") or 0)
+        if flags & VOICE_MESSAGE and not _voice_message_ok(body, files):
+            error = {"message": "Invalid Form Body", "code": 50035}  # as Discord refuses one
+            return _json(error, status=400)
         ref = (body.get("message_reference") or {}).get("message_id")
         ref = str(ref) if ref is not None else None
         message_id = str(200000000000000000 + next(self._ids))
@@ -408,6 +419,8 @@ class FakeDiscord(AioServer):
                 id=message_id,
                 files=files,
                 shown=body.get("content") or "",
+                flags=flags,
+                attachments=list(body.get("attachments") or []),
             )
         )
         return _json(_bot_message(message_id, channel_id, body.get("content") or ""))
@@ -512,3 +525,20 @@ class FakeDiscord(AioServer):
             json.dumps({"op": 0, "t": "GUILD_CREATE", "s": next(self._seq), "d": guild})
         )
         self.identifies += 1
+
+
+def _voice_message_ok(body: dict[str, Any], files: list[tuple[str, bytes, str]]) -> bool:
+    """A voice message as Discord takes one: no text, a single audio file, its attachment
+    entry with a duration and a base64 waveform of at most 256 bytes."""
+    import base64
+
+    listed = body.get("attachments") or []
+    if body.get("content") or len(files) != 1 or len(listed) != 1:
+        return False
+    entry = listed[0]
+    try:
+        waveform = base64.b64decode(entry.get("waveform") or "", validate=True)
+    except ValueError:
+        return False
+    seconds = entry.get("duration_secs")
+    return isinstance(seconds, int | float) and seconds > 0 and 0 < len(waveform) <= 256

@@ -8,7 +8,14 @@ from typing import Any
 
 from rousseau.transports.base import Transport
 from rousseau.transports.discord import MAX_LENGTH, DiscordTransport
-from tests.fakes.discord import BOT_ID, GENERAL_ID, GUILD_ID, OWNER_ID, FakeDiscord
+from tests.fakes.discord import (
+    BOT_ID,
+    GENERAL_ID,
+    GUILD_ID,
+    OWNER_ID,
+    VOICE_MESSAGE,
+    FakeDiscord,
+)
 from tests.transports.conformance import Delivered, DeliveredFile, File
 
 IMAGES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
@@ -135,6 +142,7 @@ class DiscordHarness:
                 data=data,
                 inline=name.lower().endswith(IMAGES),  # Discord embeds images by their name
                 caption=m.content,
+                voice=bool(m.flags & VOICE_MESSAGE),
             )
             for m in self.fake.sent
             for name, data, _ in m.files

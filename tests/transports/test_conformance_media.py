@@ -40,7 +40,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
 CSV = b"month,total\n11,42\n12,57\n"
 PDF = b"%PDF-1.4\n1 0 obj\n<<>>\nendobj\ntrailer\n<<>>\n%%EOF\n"
 OGG = b"OggS" + bytes(300)
-NATIVE_VOICE = {"telegram", "matrix", "whatsapp", "signal"}
+NATIVE_VOICE = {"telegram", "matrix", "whatsapp", "signal", "discord"}
 """The platforms whose voice message rousseau sends as such; the others get an audio file."""
 TODAY = datetime.date.today().isoformat()
 
