@@ -147,19 +147,6 @@ def test_a_file_uploaded_in_the_web_chat_reaches_the_agent_and_the_workspace(
     assert saved and saved[0].read_text() == notes.read_text()
 
 
-def test_a_wrong_password_is_refused_and_the_fifth_try_is_rate_limited(page: Any) -> None:
-    # Last in this module: the four failures hold this client address for a minute.
-    page.goto("/login")
-    for i in range(4):
-        page.get_by_label("Password").fill(f"wrong {i}")
-        page.get_by_role("button", name="Log in").click()
-        assert page.get_by_role("alert").inner_text() == "Wrong name or password."
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    assert page.get_by_role("alert").inner_text() == "Too many tries: wait a minute."
-    assert page.url.endswith("/login")
-
-
 def test_a_voice_note_in_the_web_chat_is_answered_with_one_the_page_plays(
     page: Any, web_daemon: WebDaemon, tmp_path: Path
 ) -> None:
@@ -198,3 +185,16 @@ def test_a_voice_note_in_the_web_chat_is_answered_with_one_the_page_plays(
     refused = context.request.get(source, max_redirects=0)
     context.close()
     assert refused.status != 200
+
+
+def test_a_wrong_password_is_refused_and_the_fifth_try_is_rate_limited(page: Any) -> None:
+    # Last in this module: the four failures hold this client address for a minute.
+    page.goto("/login")
+    for i in range(4):
+        page.get_by_label("Password").fill(f"wrong {i}")
+        page.get_by_role("button", name="Log in").click()
+        assert page.get_by_role("alert").inner_text() == "Wrong name or password."
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    assert page.get_by_role("alert").inner_text() == "Too many tries: wait a minute."
+    assert page.url.endswith("/login")
