@@ -3,6 +3,7 @@ no line it prints holds a secret."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -180,3 +181,27 @@ def test_the_routing_table_is_checked(tmp_path: Path) -> None:
     assert "agents default and family overlap in their workspaces" in overlap
     [tool] = [f for f in fails if "no such tool" in f]
     assert "agent family: tools names 'bsh', no such tool" in tool
+
+
+def test_unpriced_models_an_unowned_budget_and_a_missing_voice_file(tmp_path: Path) -> None:
+    path = config(
+        tmp_path,
+        openai={"api_key": "sk-doctorSECRET", "model": "my-finetune", "max_retries": 0},
+        prices={"my-other-finetune": {"input": 1.0, "output": 2.0}},
+        agent={
+            "workspace": str(tmp_path / "ws"),
+            "budget": {"daily_usd": 5.0},
+            "models": {"cron": "gpt-4.1-mini", "heartbeat": "openai:my-other-finetune"},
+        },
+        speech={"engine": "piper", "voice": str(tmp_path / "nowhere.onnx")},
+    )
+    done = doctor(path)
+    warned = "\n".join(lines(done, "warn"))
+    assert "agent: its model my-finetune has no price: its calls count as zero" in warned
+    assert "gpt-4.1-mini" not in warned and "my-other-finetune" not in warned  # both priced
+    assert "agent.budget: nobody is told when it is reached" in warned
+    fails = "\n".join(lines(done, "FAIL"))
+    if importlib.util.find_spec("piper") is None or importlib.util.find_spec("av") is None:
+        assert "missing: pip install 'rousseau[voice-local]'" in fails
+    else:
+        assert f"speech.voice: no {tmp_path / 'nowhere.onnx'}" in fails

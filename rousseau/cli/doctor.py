@@ -81,6 +81,8 @@ def doctor(args: argparse.Namespace) -> int:
     _doctor_agents(config, report)
     _doctor_provider(config, report)
     _doctor_embeddings(config, report)
+    _doctor_costs(config, report)
+    _doctor_speech(config, report)
     _doctor_transports(config, report)
     return 1 if report.failed else 0
 
@@ -361,6 +363,65 @@ def _doctor_embeddings(config: Config, report: Report) -> None:
         report(False, "embeddings", f"{section.base_url}: no answer within 20 s")
     except RousseauError as exc:
         report(False, "embeddings", str(exc))
+
+
+def _doctor_costs(config: Config, report: Report) -> None:
+    """Each agent's models have a price (else their calls count as zero), and an agent with a
+    budget has owners to tell when it is reached."""
+    from rousseau.assembly.models import JOBS, model_ref
+    from rousseau.costs import Price, Prices
+
+    prices = Prices({m: Price.of(p.input, p.output, p.cache_read, p.cache_write)
+                     for m, p in config.prices.items()})  # fmt: skip
+    names = [DEFAULT_AGENT, *(n for n in config.agents if n != DEFAULT_AGENT)]
+    for name in names:
+        own = config.for_agent(name)
+        section, provider = own.agent, own.provider
+        key = "agent" if name == DEFAULT_AGENT else f"agents.{name}"
+        if provider is not None:
+            refs = {"its model": getattr(own, provider).model}
+            refs |= {f"models.{j}": r for j in JOBS if (r := getattr(section.models, j))}
+            for what, ref in refs.items():
+                used, model = model_ref(ref, provider)
+                if model and not prices.knows(model, used):
+                    report.warn(
+                        "costs",
+                        f"{key}: {what} {model} has no price: its calls count as zero"
+                        f" (give it under prices:)",
+                    )
+        budget = section.budget
+        limited = (budget.daily_usd, budget.monthly_usd, budget.daily_tokens)
+        owners = section.approver.owners if section.approver is not None else []
+        default = config.agent.approver.owners if config.agent.approver is not None else []
+        if any(v is not None for v in limited) and not (owners or default):
+            report.warn(
+                "costs",
+                f"{key}.budget: nobody is told when it is reached (set {key}.approver.owners)",
+            )
+
+
+def _doctor_speech(config: Config, report: Report) -> None:
+    """With `speech`: what its engine needs is installed, and a piper voice is on disk."""
+    import importlib.util
+
+    section = config.speech
+    if section is None:
+        return
+    extra = "voice-local" if section.engine == "piper" else "voice"
+    needed = ["piper", "av"] if section.engine == "piper" else ["openai", "av"]
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        report(False, "speech", f"{', '.join(missing)} missing: pip install 'rousseau[{extra}]'")
+        return
+    if section.engine == "piper":
+        voice = Path(section.voice).expanduser()
+        absent = [p for p in (voice, Path(f"{voice}.json")) if not p.is_file()]
+        if absent:
+            report(False, "speech", f"speech.voice: no {absent[0]} (a Piper voice's file)")
+            return
+        report(True, "speech", f"piper, voice {voice.name}")
+        return
+    report(True, "speech", f"{section.base_url}, {section.model} ({section.voice})")
 
 
 def _doctor_provider(config: Config, report: Report) -> None:

@@ -129,6 +129,12 @@ class Prices:
         self.unknown: set[str] = set()
         """Models costed as zero (each warned about once)."""
 
+    def knows(self, model: str, provider: str = "") -> bool:
+        """Whether the model has a price (a local provider's are free), said of no one."""
+        if provider in LOCAL:
+            return True
+        return any(name in self._table for name in _candidates(model))
+
     def of(self, model: str) -> Price:
         found = self._found.get(model)
         if found is not None:
