@@ -13,11 +13,15 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from rousseau.messages import Inbound
 from rousseau.state.protocol import DaemonStore
+
+if TYPE_CHECKING:
+    from rousseau.config import Config
 
 log = structlog.get_logger("rousseau.router")
 
@@ -232,21 +236,16 @@ class Admission:
         )
 
 
-def chat_policies(config: object) -> dict[str, ChatPolicy]:
+def chat_policies(config: Config) -> dict[str, ChatPolicy]:
     """The policy of each configured transport section."""
-    from rousseau.transports import TRANSPORTS
-
     out: dict[str, ChatPolicy] = {}
-    for name in TRANSPORTS:
-        section = getattr(config, name, None)
-        if section is None:
-            continue
+    for name, section in config.transport_sections().items():
         out[name] = ChatPolicy(
-            policy=getattr(section, "policy", "allowlist"),
+            policy=section.policy,
             allowlist=frozenset(section.allowlist),
-            require_mention=getattr(section, "require_mention", True),
+            require_mention=section.require_mention,
             reply_header=section.reply_header,
         )
-    if getattr(config, "web", None) is not None:  # the web face admits by its own login
+    if config.web is not None:  # the web face admits by its own login
         out["web"] = out["api"] = ChatPolicy(policy="open")
     return out

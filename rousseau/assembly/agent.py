@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -38,7 +38,7 @@ from rousseau.media import BlobStore, MediaIntake, save_to_workspace
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.state import SessionStore
 from rousseau.state.protocol import ProfileStore
-from rousseau.tools import Registry, Sandbox, Subset, builtin_registry
+from rousseau.tools import Registry, Sandbox, Subset, Tool, Workspace, builtin_registry
 from rousseau.tools.hardening import make_undumpable
 
 if TYPE_CHECKING:
@@ -131,8 +131,9 @@ def build_registry(config: Config, agent: str = DEFAULT_AGENT) -> Registry:
     from rousseau.tools.web import web_tools
 
     make_undumpable()  # bash must not read this process's environment or memory (hardening.py)
+    workspace = Workspace(Path(config.agent.workspace).expanduser())
     registry = builtin_registry(
-        Path(config.agent.workspace).expanduser(),
+        workspace,
         bash_timeout=config.agent.bash_timeout,
         secrets=config.secrets(),
         sandbox=build_sandbox(config),
@@ -140,7 +141,31 @@ def build_registry(config: Config, agent: str = DEFAULT_AGENT) -> Registry:
     )
     for tool in web_tools(config, agent, tool_files(config)):
         registry.register(tool)
+    for tool in _plugin_tools(config, agent, workspace):
+        registry.register(tool)
     return registry
+
+
+def _plugin_tools(config: Config, agent: str, workspace: Workspace) -> list[Tool]:
+    """The tools of the configured tool plugins for `agent`; a plugin that did not load, or
+    fails to make its tools, stops only itself (one line in the log)."""
+    from rousseau.plugins import ToolContext
+
+    made: list[Tool] = []
+    for name, configured in config.plugins.items():
+        if configured.installed.kind != "tool":
+            continue
+        error = configured.error
+        if configured.plugin is not None:
+            build: Any = configured.plugin.build
+            try:
+                context = ToolContext(workspace=workspace, agent=agent)
+                made.extend(build(configured.section, context))
+                continue
+            except Exception as exc:  # a plugin may fail in any way: it stops only itself
+                error = f"{type(exc).__name__}: {exc}"
+        log.error("plugins.failed", plugin=name, error=error)
+    return made
 
 
 async def close_tools(registries: Iterable[Registry]) -> None:

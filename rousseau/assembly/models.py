@@ -9,11 +9,11 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import tzinfo
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING
 
 from rousseau.agent import Provider, Request, Response, StreamEvent, streams
 from rousseau.config import Config
-from rousseau.config.base import ProviderName
+from rousseau.config.base import BUILTIN_PROVIDERS
 from rousseau.costs import Meter, Metered, Price, Prices
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.providers import build_provider
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 JOBS = ("compaction", "vision", "heartbeat", "cron", "delegation")
 """The background work `agent.models` may give a model of its own."""
-_PROVIDERS = frozenset(get_args(ProviderName))
+_PROVIDERS = frozenset(BUILTIN_PROVIDERS)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -140,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     spend.add_argument("--json", action="store_true", help="the figures as JSON (default: as text)")
     spend.set_defaults(func="usage:usage")
 
+    plugins = sub.add_parser("plugins", help="the installed transport, tool and provider plugins")
+    lsub = plugins.add_subparsers(dest="action", metavar="ACTION", required=True)
+    plist = lsub.add_parser("list", help="each plugin, its package, and whether it loaded")
+    plist.add_argument("--json", action="store_true", help="as JSON (default: as text)")
+    plist.set_defaults(func="plugins:list_plugins")
+
     skills = sub.add_parser("skills", help="the skills in agent.skills_dir")
     ksub = skills.add_subparsers(dest="action", metavar="ACTION", required=True)
     ksub.add_parser("list", help="each skill, its triggers and description").set_defaults(

@@ -172,12 +172,7 @@ def _bash_allowed(config: Config) -> bool:
 
 def _doctor_access(config: Config, report: Report) -> None:
     """Someone can talk to each transport, and its allowlist ids have the platform's shape."""
-    from rousseau.transports import TRANSPORTS
-
-    for name in TRANSPORTS:
-        section = getattr(config, name, None)
-        if section is None:
-            continue
+    for name, section in config.transport_sections().items():
         policy = getattr(section, "policy", "allowlist")
         allowlist = list(getattr(section, "allowlist", []))
         if policy == "allowlist" and not allowlist:
@@ -205,9 +200,7 @@ KNOWN_TOOLS = frozenset({"read", "write", "edit", "grep", "bash", "cron", "send_
 def _doctor_agents(config: Config, report: Report) -> None:
     """The routing table: routes that can never match, agents sharing a workspace, tools
     that do not exist (unknown agent names are configuration errors already)."""
-    from rousseau.transports import TRANSPORTS
-
-    configured = [name for name in TRANSPORTS if getattr(config, name, None) is not None]
+    configured = list(config.transport_sections())
     fields = ("transport", "chat", "sender", "thread")
     for i, route in enumerate(config.routes):
         if not any(fnmatchcase(name, route.transport) for name in configured):
@@ -265,9 +258,9 @@ def _doctor_transports(config: Config, report: Report) -> None:
     import anyio
 
     from rousseau.agent import RousseauError
-    from rousseau.transports import TRANSPORTS, build_transports
+    from rousseau.transports import build_transports
 
-    if not any(getattr(config, name) is not None for name in TRANSPORTS):
+    if not config.transport_sections():
         return
     try:
         transports = build_transports(config)

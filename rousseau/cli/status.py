@@ -76,7 +76,6 @@ async def _cluster(backend: Backend) -> tuple[int, Usage]:
 def _agents(config: Config) -> None:
     """Each agent in a line, then the routing table in the order it is tried."""
     from rousseau.messages import DEFAULT_AGENT
-    from rousseau.transports import TRANSPORTS
 
     for name in dict.fromkeys((DEFAULT_AGENT, *config.agents)):
         agent = config.for_agent(name).agent
@@ -95,9 +94,8 @@ def _agents(config: Config) -> None:
             if getattr(route, field) != "*"
         ]
         print(f"route {i:<4} {' '.join(matched) or 'everything'} -> {route.agent}")
-    for name in TRANSPORTS:
-        section = getattr(config, name, None)
-        if section is not None and section.agent is not None:
+    for name, section in config.transport_sections().items():
+        if section.agent is not None:
             print(f"route      the rest of {name} -> {section.agent}")
     print(f"route      the rest -> {config.default_agent}")
 

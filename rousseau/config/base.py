@@ -54,9 +54,31 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Rate = Annotated[str, AfterValidator(_check_rate)]
 SenderId = Annotated[str, BeforeValidator(lambda v: str(v) if isinstance(v, int) else v)]
 Policy = Literal["allowlist", "pairing", "open"]
-ProviderName = Literal[
-    "anthropic", "openai", "openrouter", "ollama", "bedrock", "vertex", "claudecli"
-]
+BUILTIN_PROVIDERS = (
+    "anthropic",
+    "openai",
+    "openrouter",
+    "ollama",
+    "bedrock",
+    "vertex",
+    "claudecli",
+)
+
+
+def _provider(value: str) -> str:
+    """A built-in provider, or one an installed plugin adds (looked for only then)."""
+    if value in BUILTIN_PROVIDERS:
+        return value
+    from rousseau.plugins import installed
+
+    plugin = installed().get(value)
+    if plugin is None or plugin.kind != "provider":
+        known = ", ".join(repr(p) for p in BUILTIN_PROVIDERS)
+        raise ValueError(f"Input should be {known} or an installed provider plugin's name")
+    return value
+
+
+ProviderName = Annotated[str, AfterValidator(_provider)]
 
 
 class Section(BaseModel):

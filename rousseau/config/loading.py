@@ -18,7 +18,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rousseau.agent.errors import ConfigError
+from rousseau.config.base import BUILTIN_PROVIDERS
 from rousseau.config.root import Config
+from rousseau.config.transports import TransportConfig
+
+if typing.TYPE_CHECKING:
+    from rousseau.plugins import Configured
 
 DEFAULT_PATH = "~/.config/rousseau/config.yaml"
 
@@ -78,13 +83,58 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
 
     go = translate_go_keys(data)
     origins = go.moved | origins
+    shown = file if file.exists() else None
+    plugins = _plugin_sections(data)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, file if file.exists() else None, origins)) from None
+        raise ConfigError(_describe(exc, shown, origins)) from None
     config.source = str(file) if file.exists() else ""
     config.notices.update(go.notices)
+    # A provider plugin named by `provider`, `fallback` or an agent, with no section: {}.
+    named = [config.provider, *config.fallback, *(a.provider for a in config.agents.values())]
+    for name in named:
+        if name is not None and name not in BUILTIN_PROVIDERS:
+            plugins.setdefault(name, None)
+    for name, section in plugins.items():
+        config.plugins[name] = _configure(name, section, shown, origins)
     return config
+
+
+def _plugin_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """The top-level keys that are installed plugins' sections, taken out of `data`. The
+    packages' metadata is read only when a key is not one of `Config`'s."""
+    keys = {f.alias or n for n, f in Config.model_fields.items()}
+    unknown = [k for k in data if k not in keys]
+    if not unknown:
+        return {}
+    from rousseau.plugins import installed
+
+    found = installed()
+    return {k: data.pop(k) for k in unknown if k in found}
+
+
+def _configure(
+    name: str, section: Any, file: Path | None, origins: dict[tuple[str, ...], str]
+) -> Configured:
+    """Plugin `name` loaded and `section` validated by its model; a plugin that cannot be
+    loaded is kept with the reason (it stops only itself); a section its model refuses is
+    a ConfigError naming the key, as a built-in section's would be."""
+    from rousseau.plugins import Configured, PluginError, installed, load
+
+    item = installed()[name]
+    try:
+        plugin = load(item)
+    except PluginError as exc:
+        return Configured(item, None, section, error=str(exc))
+    if item.kind == "transport" and not issubclass(plugin.config, TransportConfig):
+        error = f"{item.target}: its config model does not subclass TransportConfig"
+        return Configured(item, None, section, error=error)
+    try:
+        validated = plugin.config.model_validate(section if section is not None else {})
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, file, origins, at=(name,), root=plugin.config)) from None
+    return Configured(item, plugin, validated)
 
 
 def log_notices(config: Config) -> None:
@@ -115,13 +165,23 @@ def _read_yaml(file: Path, required: bool) -> dict[str, Any]:
     return loaded
 
 
-def _describe(exc: ValidationError, file: Path | None, origins: dict[tuple[str, ...], str]) -> str:
+def _describe(
+    exc: ValidationError,
+    file: Path | None,
+    origins: dict[tuple[str, ...], str],
+    *,
+    at: tuple[str, ...] = (),
+    root: type[BaseModel] = Config,
+) -> str:
+    """One line for every error of `exc`, validating `root` at key path `at`."""
     lines = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"] if not str(p).startswith("function-"))
         loc = tuple(p for p in loc if p not in ("str", "int", "float", "bool"))
+        unknown = _unknown_key(loc, root) if err["type"] == "extra_forbidden" else ""
+        loc = at + loc
         path = ".".join(loc) or "(top level)"
-        msg = _unknown_key(loc) if err["type"] == "extra_forbidden" else err["msg"]
+        msg = unknown or err["msg"]
         msg = msg.removeprefix("Value error, ")
         var = next((v for k, v in origins.items() if loc[: len(k)] == k), None)
         lines.append(f"{path}: {msg}" + (f" (from {var})" if var else ""))
@@ -129,9 +189,9 @@ def _describe(exc: ValidationError, file: Path | None, origins: dict[tuple[str, 
     return prefix + "; ".join(lines)
 
 
-def _unknown_key(loc: tuple[str, ...]) -> str:
+def _unknown_key(loc: tuple[str, ...], root: type[BaseModel] = Config) -> str:
     """The words "unknown key", with the nearest key of its section when one is close."""
-    model: type[BaseModel] | None = Config
+    model: type[BaseModel] | None = root
     for part in loc[:-1]:
         field = model.model_fields.get(part) if model is not None else None
         if field is None:  # a list index or a mapping's own key: the model stays

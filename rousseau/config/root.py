@@ -4,7 +4,8 @@ the checks that span sections (agents named by routes and transports exist).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field, PrivateAttr, SecretStr, StringConstraints, model_validator
 
@@ -48,6 +49,9 @@ from rousseau.config.transports import (
 from rousseau.config.web_tools import WebToolsConfig
 from rousseau.messages import DEFAULT_AGENT
 
+if TYPE_CHECKING:
+    from rousseau.plugins import Configured
+
 AGENT_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 NOT_INHERITED = frozenset({"heartbeat"})
 """The keys of `agent:` that the agents of `agents:` do not take over."""
@@ -57,7 +61,9 @@ class Config(Section):
     """The whole configuration; every key optional."""
 
     provider: ProviderName | None = None
-    """The model backend; unset: the first usable of anthropic, openai, claudecli, ollama."""
+    """The model backend: anthropic, openai, openrouter, ollama, bedrock, vertex, claudecli
+    or a provider plugin's name; unset: the first usable of anthropic, openai, claudecli,
+    ollama."""
     anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
     """The Anthropic API."""
     openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
@@ -143,6 +149,26 @@ class Config(Section):
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""
     _notices: dict[str, str] = PrivateAttr(default_factory=dict)
+    _plugins: dict[str, Configured] = PrivateAttr(default_factory=dict)
+
+    @property
+    def plugins(self) -> dict[str, Configured]:
+        """The plugins whose sections this configuration holds, by key (`load_config` fills
+        it): each loaded with its section validated, or the line saying why it is not."""
+        return self._plugins
+
+    def transport_sections(self) -> dict[str, TransportConfig]:
+        """Every configured transport's section by name: the built-ins', then the plugins'
+        that loaded."""
+        found = {
+            n: s
+            for n in type(self).model_fields
+            if isinstance(s := getattr(self, n), TransportConfig)
+        }
+        for name, configured in self._plugins.items():
+            if configured.installed.kind == "transport" and configured.plugin is not None:
+                found.setdefault(name, configured.section)
+        return found
 
     @property
     def notices(self) -> dict[str, str]:
@@ -206,9 +232,16 @@ class Config(Section):
         provider = agent.provider or self.provider or detected
         if agent.provider is not None:
             update["provider"] = agent.provider
-        if agent.model is not None and provider is not None:
+        if agent.model is None or provider is None:
+            return self.model_copy(update=update)
+        plugin = self._plugins.get(provider)
+        if plugin is None:
             update[provider] = getattr(self, provider).model_copy(update={"model": agent.model})
-        return self.model_copy(update=update)
+        copy = self.model_copy(update=update)
+        if plugin is not None and plugin.plugin is not None:
+            section = plugin.section.model_copy(update={"model": agent.model})
+            copy._plugins = {**self._plugins, provider: replace(plugin, section=section)}
+        return copy
 
     def own_provider(self, name: str) -> bool:
         """Whether agent `name` names a provider or model of its own."""
@@ -230,4 +263,6 @@ class Config(Section):
                     walk(v)
 
         walk(self)
+        for configured in self._plugins.values():
+            walk(configured.section)
         return [s for s in found if s]

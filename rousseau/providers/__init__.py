@@ -137,7 +137,7 @@ def _build_one(config: Config, name: str, store: Any) -> Provider:
             env=scrubbed_environ(secrets=config.secrets()),
             sessions=store,
         )
-    raise ConfigError(f"provider: unknown provider {name!r}")
+    return _plugin(config, name)
 
 
 def _key(name: str, secret: object) -> str:
@@ -158,3 +158,14 @@ def _reachable(url: str, timeout: float = 0.3) -> bool:
             return True
     except OSError:
         return False
+
+
+def _plugin(config: Config, name: str) -> Provider:
+    """The provider plugin `name` built from its section; a ConfigError when it did not load."""
+    configured = config.plugins.get(name)
+    if configured is None:
+        raise ConfigError(f"provider: unknown provider {name!r}")
+    if configured.plugin is None:
+        raise ConfigError(f"{name}: the provider plugin did not load: {configured.error}")
+    build: Any = configured.plugin.build
+    return build(configured.section)  # type: ignore[no-any-return]

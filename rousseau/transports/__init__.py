@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from rousseau.agent import ConfigError
 
 if TYPE_CHECKING:
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
     from rousseau.transports.base import Transport
 
 __all__ = ["API_LENGTH", "TRANSPORTS", "build_transports"]
+
+_log = structlog.get_logger("rousseau.transports")
 
 TRANSPORTS = (
     "telegram",
@@ -216,13 +220,18 @@ API_LENGTH = 1_000_000
 
 def build_transports(config: Config, only: str | None = None) -> dict[str, Transport]:
     """The configured transports (a section with its credentials), each imported on demand."""
-    names = [only] if only else [n for n in TRANSPORTS if getattr(config, n) is not None]
+    names = [only] if only else list(config.transport_sections())
     built: dict[str, Transport] = {}
     for name in names:
         builder = _BUILDERS.get(name)
-        if builder is None:
-            raise ConfigError(f"{name}: this transport is not available in this version yet")
-        built[name] = builder(getattr(config, name, None))
+        if builder is not None:
+            built[name] = builder(getattr(config, name, None))
+        elif (made := _plugin(config, name, strict=only is not None)) is not None:
+            built[name] = made
+    if not only:
+        for name, configured in config.plugins.items():
+            if configured.installed.kind == "transport" and configured.plugin is None:
+                _log.error("plugins.failed", plugin=name, error=configured.error)
     if config.web is not None and not only:
         from rousseau.web.chat import WebChat
 
@@ -235,6 +244,28 @@ def build_transports(config: Config, only: str | None = None) -> dict[str, Trans
             " config/config.yaml"
         )
     return built
+
+
+def _plugin(config: Config, name: str, *, strict: bool) -> Transport | None:
+    """Transport plugin `name` built from its section. A plugin that did not load or fails
+    to build stops only itself (one line in the log), unless `strict` (one transport asked
+    for by name): then it is a ConfigError."""
+    configured = config.plugins.get(name)
+    if configured is None or configured.installed.kind != "transport":
+        raise ConfigError(f"{name}: no such transport (nor an installed transport plugin)")
+    error = configured.error
+    if configured.plugin is not None:
+        build: Any = configured.plugin.build
+        try:
+            return build(configured.section)  # type: ignore[no-any-return]
+        except Exception as exc:  # a plugin may fail in any way: it stops only itself
+            from rousseau.transports.base import describe
+
+            error = describe(f"{type(exc).__name__}: {exc}", *config.secrets())
+    if strict:
+        raise ConfigError(f"{name}: the transport plugin did not load: {error}")
+    _log.error("plugins.failed", plugin=name, error=error)
+    return None
 
 
 def _secret(value: Any) -> str | None:

@@ -12,6 +12,7 @@ from tests.transports.conformance import Harness
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_email import EmailHarness
 from tests.transports.harness_imessage import IMessageHarness
+from tests.transports.harness_linechat import LinechatHarness
 from tests.transports.harness_matrix import MatrixHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
@@ -22,6 +23,7 @@ HARNESSES: dict[str, Callable[[], Any]] = {
     "discord": DiscordHarness,
     "email": EmailHarness,
     "imessage": IMessageHarness,
+    "linechat": LinechatHarness,  # the example plugin's transport
     "matrix": MatrixHarness,
     "signal": SignalHarness,
     "slack": SlackHarness,

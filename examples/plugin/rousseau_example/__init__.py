@@ -1,0 +1,1 @@
+"""An example rousseau plugin package: the linechat transport and the textkit tools."""
