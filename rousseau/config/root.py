@@ -193,6 +193,14 @@ class Config(Section):
         return data
 
     @model_validator(mode="after")
+    def _matrix_store(self) -> Config:
+        """The Matrix key store beside the state database, unless named."""
+        if self.matrix is not None and self.matrix.encryption and not self.matrix.store:
+            folder = self.state.path.rpartition("/")[0] or "."
+            self.matrix.store = f"{folder}/matrix-keys"
+        return self
+
+    @model_validator(mode="after")
     def _agents_named_exist(self) -> Config:
         named = [("default_agent", self.default_agent)]
         named += [(f"routes[{i}].agent", r.agent) for i, r in enumerate(self.routes)]

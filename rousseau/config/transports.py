@@ -94,6 +94,12 @@ class MatrixConfig(TransportConfig):
     """With access_token, the device it belongs to."""
     msgtype: Literal["m.text", "m.notice"] = "m.text"
     """The message type replies are sent as: m.text or m.notice."""
+    encryption: bool = False
+    """Read and answer end-to-end encrypted rooms (the device's keys are kept in `store`);
+    off, an encrypted room is never answered, and a warning names it."""
+    store: str | None = None
+    """With encryption: the folder keeping this machine's device keys, Olm/Megolm sessions
+    and login (0700); unset: `matrix-keys` beside the state database."""
 
 
 class WhatsAppConfig(TransportConfig):

@@ -93,6 +93,8 @@ def _matrix(section: Any) -> Transport:
         raise ConfigError("matrix: set homeserver_url and user_id")
     if section.access_token is None and section.password is None:
         raise ConfigError("matrix: set access_token or password (or MATRIX_ACCESS_TOKEN)")
+    from pathlib import Path
+
     from rousseau.transports.matrix import MatrixTransport
 
     allowed = frozenset(section.allowlist)
@@ -109,6 +111,8 @@ def _matrix(section: Any) -> Transport:
         device_id=section.device_id,
         msgtype=section.msgtype,
         may_invite=may_invite,
+        encryption=section.encryption,
+        store=Path(section.store).expanduser() if section.encryption else None,
     )
 
 

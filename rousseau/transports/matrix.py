@@ -2,7 +2,12 @@
 its persisted `since` token (a restart never replays history), invites from allowed users
 joined, DMs answered and rooms when mentioned, replies with Markdown rendered to HTML.
 
-End-to-end encrypted rooms are not supported (matrix-nio's E2EE needs libolm).
+With `encryption`, end-to-end encrypted rooms are read and answered encrypted (matrix-nio's
+E2E on vodozemac): the device's keys and Olm/Megolm sessions live in a key store folder of
+this machine (0700), and so does the login, so each daemon holding the transport is a
+device of its own. The room's devices are trusted on first use; an owner verifies or blocks
+one with `rousseau matrix verify|block`, applied at the next sync. Without it, an encrypted
+room is never answered in plain text, and is named once in a warning.
 """
 
 from __future__ import annotations
@@ -10,7 +15,10 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
+import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -22,6 +30,7 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Download, Incoming, MediaIntake
 from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.private import private_folder
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.unreadable import Unreadable, checked, number, refuse, text
 
@@ -48,6 +57,11 @@ MAX_FILE_BYTES = 50_000_000
 VOICE = "org.matrix.msc3245.voice"
 """The key that marks an m.audio event as a voice message (Element's, MSC3245)."""
 _MSGTYPES = {"image": "m.image", "audio": "m.audio", "video": "m.video"}
+TRUST_KEY = "trust"
+"""The transport state's key for the owner's device decisions: {"USER DEVICE": verdict}."""
+DEVICES_KEY = "devices"
+"""The transport state's key where the devices the bot knows are published (for the CLI)."""
+VERDICTS = ("verify", "block", "unverify", "unblock")
 
 
 def _replacing(event_id: str, content: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +95,8 @@ class MatrixTransport:
         device_id: str | None = None,
         msgtype: str = "m.text",
         may_invite: Callable[[str], bool] = lambda sender: False,
+        encryption: bool = False,
+        store: Path | None = None,
     ) -> None:
         if not access_token and not password:
             raise ValueError("matrix needs access_token or password")
@@ -97,6 +113,13 @@ class MatrixTransport:
         self._connected = False
         self._display_name = ""
         self.media: MediaIntake | None = None
+        self.encryption = encryption
+        self.store = store
+        """The key store folder (with encryption)."""
+        if encryption and store is None:
+            raise ValueError("matrix encryption needs a key store folder")
+        self._warned_rooms: set[str] = set()
+        self._trust_applied = ""
 
     def bind_media(self, media: MediaIntake) -> None:
         """Take m.image, m.file, m.audio and m.video in (unbound, only text is answered)."""
@@ -111,10 +134,65 @@ class MatrixTransport:
         return self._connected
 
     def _client_for(self) -> nio.AsyncClient:
-        config = nio.AsyncClientConfig(max_timeouts=MAX_TIMEOUTS)
-        client = _Client(self.homeserver_url, self.user_id, config=config)
+        if not self.encryption:
+            config = nio.AsyncClientConfig(max_timeouts=MAX_TIMEOUTS, encryption_enabled=False)
+            client = _Client(self.homeserver_url, self.user_id, config=config)
+        else:
+            assert self.store is not None
+            if not nio.crypto.ENCRYPTION_ENABLED:
+                raise MissingExtraError("matrix.encryption", "matrix")
+            private_folder(self.store)
+            config = nio.AsyncClientConfig(
+                max_timeouts=MAX_TIMEOUTS,
+                encryption_enabled=True,
+                store_sync_tokens=False,  # the sync position is the transport's own
+                pickle_key=self._pickle_key(),
+            )
+            client = _Client(
+                self.homeserver_url, self.user_id, store_path=str(self.store), config=config
+            )
         client.transport = self
         return client
+
+    def _pickle_key(self) -> str:
+        """The key nio's store is pickled with, made once and kept beside it (0600): the
+        folder's mode is what protects both."""
+        assert self.store is not None
+        path = self.store / "pickle.key"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            key = secrets.token_urlsafe(32)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(key)
+            return key
+
+    async def _saved_session(self) -> dict[str, str] | None:
+        """The login kept from an earlier start: with encryption, in the key store (the
+        device is this machine's), else in the transport state."""
+        if self.encryption:
+            assert self.store is not None
+            path = self.store / "session.json"
+            raw = path.read_text() if path.exists() else ""
+        else:
+            raw = await self.state.get("session") or ""
+        return json.loads(raw) if raw else None
+
+    async def _save_session(self, session: dict[str, str] | None) -> None:
+        raw = json.dumps(session) if session is not None else ""
+        if not self.encryption:
+            await self.state.set("session", raw)
+            return
+        assert self.store is not None
+        path = self.store / "session.json"
+        if session is None:
+            path.unlink(missing_ok=True)
+            return
+        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(raw)
+        path.with_suffix(".tmp").replace(path)
 
     async def _refused(self, doing: str, reply: Any) -> TransportError:
         """An error answer in rousseau's tree. A refused token from the config is permanent;
@@ -126,7 +204,7 @@ class MatrixTransport:
                     f"matrix.access_token: the homeserver rejected the access token ({code}); "
                     f"set a valid token for {self.user_id}"
                 )
-            await self.state.set("session", "")
+            await self._save_session(None)
             return TransportError(f"matrix: the saved login was revoked ({code}); logging in again")
         return TransportError(f"matrix: {doing} failed ({code} {detail})")
 
@@ -134,16 +212,11 @@ class MatrixTransport:
         return TransportError(f"matrix: {describe(exc, self.access_token, self.password)}")
 
     async def _login(self, client: nio.AsyncClient) -> None:
-        saved = await self.state.get("session")
+        saved = await self._saved_session()
         if self.access_token:
-            client.access_token = self.access_token
-            client.user_id = self.user_id
-            client.device_id = self.device_id or ""
+            self._restore(client, self.user_id, self.device_id or "", self.access_token)
         elif saved:
-            session = json.loads(saved)
-            client.access_token = session["access_token"]
-            client.user_id = session["user_id"]
-            client.device_id = session["device_id"]
+            self._restore(client, saved["user_id"], saved["device_id"], saved["access_token"])
         else:
             reply = await client.login(password=self.password, device_name="rousseau")
             if not isinstance(reply, nio.LoginResponse):
@@ -153,21 +226,100 @@ class MatrixTransport:
                         f"({reply.status_code}); set the account's password"
                     )
                 raise await self._refused("login", reply)
-            await self.state.set(
-                "session",
-                json.dumps(
-                    {
-                        "access_token": reply.access_token,
-                        "user_id": reply.user_id,
-                        "device_id": reply.device_id,
-                    }
-                ),
+            await self._save_session(
+                {
+                    "access_token": reply.access_token,
+                    "user_id": reply.user_id,
+                    "device_id": reply.device_id,
+                }
             )
+            self._private_store()
         who = await client.whoami()
         if not isinstance(who, nio.WhoamiResponse):
             raise await self._refused("whoami", who)
         name = await client.get_displayname(self.user_id)
         self._display_name = getattr(name, "displayname", None) or ""
+
+    def _restore(self, client: nio.AsyncClient, user_id: str, device_id: str, token: str) -> None:
+        """A login already made; with encryption, the device's key store loaded with it."""
+        if not self.encryption:
+            client.access_token, client.user_id, client.device_id = token, user_id, device_id
+            return
+        if not device_id:
+            raise TransportAuthError(
+                "matrix.device_id: with encryption and an access_token, name the token's device"
+            )
+        client.restore_login(user_id, device_id, token)
+        self._private_store()
+
+    def _private_store(self) -> None:
+        """Every file of the key store 0600 (nio makes its database with the umask's mode;
+        the folder, 0700, kept it private meanwhile)."""
+        if self.store is not None and self.encryption:
+            for path in self.store.iterdir():
+                if path.is_file():
+                    path.chmod(0o600)
+
+    async def _keys(self, client: nio.AsyncClient) -> None:
+        """What encryption needs after a sync: one-time keys uploaded, new devices' keys
+        queried, sessions claimed, to-device messages (room keys) sent; the owner's device
+        decisions applied, and the devices known published for the CLI."""
+        if client.olm is None:
+            return
+        if client.should_upload_keys:
+            uploaded = await client.keys_upload()
+            if isinstance(uploaded, nio.KeysUploadError):
+                if "already exists" in str(uploaded.message):
+                    raise TransportAuthError(
+                        f"matrix.encryption: the homeserver holds keys for device "
+                        f"{client.device_id} that this machine's key store does not (it was "
+                        f"made elsewhere, or lost); unset access_token and log in with the "
+                        f"password so this daemon gets a device of its own"
+                    )
+                raise await self._refused("uploading keys", uploaded)
+        queried = False
+        if client.should_query_keys:
+            await client.keys_query()
+            queried = True
+        if client.should_claim_keys:
+            await client.keys_claim(client.get_users_for_key_claiming())
+        await client.send_to_device_messages()
+        await self._apply_trust(client, force=queried)
+
+    async def _apply_trust(self, client: nio.AsyncClient, *, force: bool = False) -> None:
+        """The owner's decisions (`rousseau matrix verify|block`, kept in the transport
+        state) applied to the devices the bot knows; and those devices published."""
+        raw = await self.state.get(TRUST_KEY) or "{}"
+        if raw == self._trust_applied and not force:
+            return
+        decisions: dict[str, str] = json.loads(raw)
+        for key, verdict in decisions.items():
+            user, _, device_id = key.partition(" ")
+            device = client.device_store.active_user_devices(user)
+            found = next((d for d in device if d.id == device_id), None)
+            if found is None:
+                continue
+            if verdict == "verify" and not found.verified:
+                client.verify_device(found)
+            elif verdict == "block" and not found.blacklisted:
+                client.blacklist_device(found)
+            elif verdict == "unverify" and found.verified:
+                client.unverify_device(found)
+            elif verdict == "unblock" and found.blacklisted:
+                client.unblacklist_device(found)
+        self._trust_applied = raw
+        known = [
+            {
+                "user": d.user_id,
+                "device": d.id,
+                "name": d.display_name or "",
+                "ed25519": d.ed25519,
+                "trust": d.trust_state.name,
+            }
+            for user in client.device_store.users
+            for d in client.device_store.active_user_devices(user)
+        ]
+        await self.state.set(DEVICES_KEY, json.dumps(known))
 
     async def run(
         self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -183,10 +335,13 @@ class MatrixTransport:
                 if not isinstance(first, nio.SyncResponse):
                     raise await self._refused("sync", first)
                 await self._invites(client, first)
+                await self._keys(client)
                 since = first.next_batch
                 await self.state.set("since", since)
+            else:
+                await self._keys(client)  # a new start's keys go up before any sync waits
             self._connected = True
-            log.info("matrix.connected", user=self.user_id)
+            log.info("matrix.connected", user=self.user_id, encryption=client.olm is not None)
             task_status.started()
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -195,6 +350,7 @@ class MatrixTransport:
                     if not isinstance(reply, nio.SyncResponse):
                         raise await self._refused("sync", reply)
                     await self._invites(client, reply)
+                    await self._keys(client)
                     await self._messages(client, reply, handler)
                     since = reply.next_batch
                     await self.state.set("since", since)  # only after every event was taken
@@ -273,10 +429,16 @@ class MatrixTransport:
     ) -> tuple[Inbound, Incoming | None] | None:
         if event.sender == self.user_id:
             return None
+        if isinstance(event, nio.MegolmEvent):
+            self._undecryptable(client, room_id, event)
+            return None
         content = event.source.get("content", {})
         if isinstance(event, nio.RoomMessageText):
             said, file = text(event.body, "body"), None
-        elif isinstance(event, nio.RoomMessageMedia) and self.media is not None:
+        elif (
+            isinstance(event, nio.RoomMessageMedia | nio.RoomEncryptedMedia)
+            and self.media is not None
+        ):
             said, file = self._caption(event, content), self._incoming(client, event)
         else:
             return None
@@ -297,6 +459,22 @@ class MatrixTransport:
         )
         return inbound, file
 
+    def _undecryptable(self, client: nio.AsyncClient, room_id: str, event: Any) -> None:
+        """An encrypted event the bot cannot read: without encryption, the room is named
+        once (set matrix.encryption); with it, the event is (its keys were not shared with
+        this device)."""
+        if client.olm is None:
+            if room_id not in self._warned_rooms:
+                self._warned_rooms.add(room_id)
+                log.warning(
+                    "matrix.encrypted_room",
+                    room=room_id,
+                    hint="this room is end-to-end encrypted: set matrix.encryption: true to "
+                    "read and answer it",
+                )
+            return
+        log.warning("matrix.undecryptable", room=room_id, event=event.event_id, sender=event.sender)
+
     @staticmethod
     def _caption(event: Any, content: dict[str, Any]) -> str:
         """A media event's caption: its body, when a `filename` beside it names the file
@@ -310,11 +488,14 @@ class MatrixTransport:
         if not isinstance(info, dict):
             raise Unreadable(f"info is {type(info).__name__}, not an object")
         duration = info.get("duration")
+        fetch = functools.partial(self._download, client, event.url)
+        if isinstance(event, nio.RoomEncryptedMedia):
+            fetch = functools.partial(self._download_encrypted, client, event)
         return Incoming(
             name=text(content.get("filename") or event.body, "filename") or "file",
-            media_type=text(info.get("mimetype"), "mimetype"),
+            media_type=text(info.get("mimetype") or event.mimetype, "mimetype"),
             size=info.get("size") if isinstance(info.get("size"), int) else None,
-            fetch=functools.partial(self._download, client, event.url),
+            fetch=fetch,
             voice=VOICE in content,
             duration=duration / 1000 if isinstance(duration, int | float) else None,
         )
@@ -341,6 +522,37 @@ class MatrixTransport:
         if reply.status_code in _GONE:
             raise _Unavailable(f"{mxc}: {reply.status_code}")
         raise await self._refused("downloading a file", reply)
+
+    async def _download_encrypted(
+        self, client: nio.AsyncClient, event: Any, into: Download
+    ) -> None:
+        """An encrypted file (an encrypted room's attachment): the ciphertext fetched into
+        memory (never more than the intake's limit: AES-CTR keeps the length), its hash
+        checked and decrypted by nio, then taken in."""
+        cipher = bytearray()
+
+        class Sink:
+            def declared(self, size: int | None) -> None:
+                into.declared(size)
+
+            async def write_all(self, chunks: Any) -> None:
+                async for chunk in chunks:
+                    cipher.extend(chunk)
+                    if len(cipher) > into.limit:
+                        into.declared(len(cipher))  # TooLarge
+
+        await self._download(client, event.url, Sink())  # type: ignore[arg-type]
+        try:
+            plain = await anyio.to_thread.run_sync(
+                nio.crypto.attachments.decrypt_attachment,
+                bytes(cipher),
+                event.key["k"],
+                event.hashes["sha256"],
+                event.iv,
+            )
+        except (nio.EncryptionError, KeyError, ValueError, TypeError) as exc:
+            raise Unreadable(f"an encrypted file that does not decrypt: {exc}") from exc
+        await into.write(plain)
 
     def _mentions_me(self, body: str, content: dict[str, Any]) -> bool:
         mentions = content.get("m.mentions") or {}
@@ -384,8 +596,11 @@ class MatrixTransport:
         content = self._text(text)
         if message_id is not None:
             content = _replacing(message_id, content)
+        self._encrypted(self._client, chat_id)
         try:
-            reply = await self._client.room_send(chat_id, "m.room.message", content)
+            reply = await self._client.room_send(
+                chat_id, "m.room.message", content, ignore_unverified_devices=True
+            )
         except _FAILURES as exc:
             raise self._unreachable(exc) from exc
         if isinstance(reply, nio.RoomSendResponse):
@@ -401,10 +616,16 @@ class MatrixTransport:
         attachment = message.attachment
         assert attachment is not None
         name = attachment.name or "file"
+        encrypted = self._encrypted(client, message.chat_id)
+        keys: dict[str, Any] = {}
+        if encrypted:  # the file is encrypted too; the homeserver sees only ciphertext
+            data, keys = await anyio.to_thread.run_sync(
+                nio.crypto.attachments.encrypt_attachment, data
+            )
         try:
             uploaded, _ = await client.upload(
                 lambda *_: io.BytesIO(data),  # called again if the upload is retried
-                content_type=attachment.media_type,
+                content_type="application/octet-stream" if encrypted else attachment.media_type,
                 filename=name,
                 filesize=len(data),
             )
@@ -420,6 +641,10 @@ class MatrixTransport:
             "url": uploaded.content_uri,
             "info": {"mimetype": attachment.media_type, "size": len(data)},
         }
+        if encrypted:
+            del content["url"]
+            content["file"] = {"url": uploaded.content_uri, "mimetype": attachment.media_type}
+            content["file"].update(keys)
         if attachment.voice:  # a voice message (MSC3245): clients draw it with a play button
             millis = round(attachment.duration * 1000)
             waveform = [round(v * 1024 / 255) for v in attachment.waveform]  # MSC1767: 0-1024
@@ -428,9 +653,28 @@ class MatrixTransport:
             content["org.matrix.msc3245.voice"] = {}
         await self._room_send(client, message.chat_id, content)
 
-    async def _room_send(self, client: nio.AsyncClient, room: str, content: dict[str, Any]) -> None:
+    def _encrypted(self, client: nio.AsyncClient, room_id: str) -> bool:
+        """Whether what goes to `room_id` is encrypted. A room known to be encrypted, when
+        this client cannot encrypt, is a TransportError: never plain text there."""
+        room = client.rooms.get(room_id)
+        encrypted = room_id in client.encrypted_rooms or (room is not None and room.encrypted)
+        if encrypted and client.olm is None:
+            raise TransportError(
+                f"matrix: {room_id} is end-to-end encrypted and matrix.encryption is off; "
+                "nothing is sent there in plain text"
+            )
+        return encrypted
+
+    async def _room_send(
+        self, client: nio.AsyncClient, room: str, content: dict[str, Any], kind: str = ""
+    ) -> None:
+        self._encrypted(client, room)
         try:
-            reply = await client.room_send(room, "m.room.message", content)
+            # Trust on first use: a device seen for the first time gets the room key (it is
+            # marked ignored); one the owner blocked does not.
+            reply = await client.room_send(
+                room, kind or "m.room.message", content, ignore_unverified_devices=True
+            )
         except _FAILURES as exc:
             raise self._unreachable(exc) from exc
         if not isinstance(reply, nio.RoomSendResponse):
@@ -447,12 +691,7 @@ class MatrixTransport:
                 "key": emoji,
             }
         }
-        try:
-            reply = await self._client.room_send(inbound.chat_id, "m.reaction", content)
-        except _FAILURES as exc:
-            raise self._unreachable(exc) from exc
-        if not isinstance(reply, nio.RoomSendResponse):
-            raise await self._refused("reacting", reply)
+        await self._room_send(self._client, inbound.chat_id, content, "m.reaction")
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         if self._client is not None:

@@ -1,0 +1,215 @@
+"""End-to-end encrypted Matrix rooms against the real Synapse: the bot reads and answers
+encrypted, a person's own E2E client (matrix-nio, as Element would) decrypts, also after
+the daemon restarts; encrypted images both ways; the key store private; an encrypted room
+without `encryption` never answered in plain text, and named in a warning."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from rousseau.agent import Request, Response
+from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
+from rousseau.config import load_config
+from rousseau.daemon import Daemon
+from rousseau.transports import build_transports
+from tests.matrix.synapse import Synapse
+from tests.matrix.test_matrix import People
+
+nio = pytest.importorskip("nio")
+if not nio.crypto.ENCRYPTION_ENABLED:
+    pytest.skip("matrix-nio without its e2e extra", allow_module_level=True)
+
+pytestmark = pytest.mark.anyio
+
+# A 2x2 red PNG.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000002000000020802000000fdd49a73000000"
+    "164944415478da63f8cfc0f09f8181e13f0303c37f000024d003fd6a9c1b3e0000000049454e44ae426082"
+)
+
+
+class Person:
+    """Someone on their own E2E client, syncing in the background."""
+
+    def __init__(self, synapse: Synapse, account: dict[str, Any], store: Path) -> None:
+        store.mkdir(mode=0o700)
+        config = nio.AsyncClientConfig(encryption_enabled=True, store_sync_tokens=True)
+        self.client = nio.AsyncClient(
+            synapse.url, account["user_id"], store_path=str(store), config=config
+        )
+        self.password = "secret-pass-123"
+        self.texts: list[tuple[str, str, bool]] = []
+        """(sender, body, decrypted) of each text message seen."""
+        self.images: list[tuple[str, bytes]] = []
+        self.client.add_event_callback(self._text, nio.RoomMessageText)
+        self.client.add_event_callback(self._image, nio.RoomEncryptedImage)
+
+    async def _text(self, room: Any, event: Any) -> None:
+        self.texts.append((event.sender, event.body, event.decrypted))
+
+    async def _image(self, room: Any, event: Any) -> None:
+        downloaded = await self.client.download(mxc=event.url)
+        plain = nio.crypto.attachments.decrypt_attachment(
+            downloaded.body, event.key["k"], event.hashes["sha256"], event.iv
+        )
+        self.images.append((event.sender, plain))
+
+    async def start(self, tg: Any) -> None:
+        await self.client.login(self.password, device_name="phone")
+        tg.start_soon(self.client.sync_forever, 300)
+
+    def said_by(self, who: str) -> list[str]:
+        return [body for sender, body, _ in self.texts if sender == who]
+
+    async def encrypted_room(self, invite: str) -> str:
+        created = await self.client.room_create(
+            invite=[invite],
+            is_direct=True,
+            initial_state=[
+                {
+                    "type": "m.room.encryption",
+                    "state_key": "",
+                    "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+                }
+            ],
+        )
+        return str(created.room_id)
+
+    async def say(self, room: str, text: str) -> None:
+        sent = await self.client.room_send(
+            room,
+            "m.room.message",
+            {"msgtype": "m.text", "body": text},
+            ignore_unverified_devices=True,
+        )
+        assert isinstance(sent, nio.RoomSendResponse), sent
+
+    async def send_image(self, room: str) -> None:
+        cipher, keys = nio.crypto.attachments.encrypt_attachment(PNG)
+        uploaded, _ = await self.client.upload(
+            io.BytesIO(cipher), content_type="application/octet-stream", filesize=len(cipher)
+        )
+        content = {
+            "msgtype": "m.image",
+            "body": "red.png",
+            "info": {"mimetype": "image/png", "size": len(PNG)},
+            "file": {"url": uploaded.content_uri, "mimetype": "image/png", **keys},
+        }
+        await self.client.room_send(room, "m.room.message", content, ignore_unverified_devices=True)
+
+
+def answer(request: Request) -> Response:
+    last = request.messages[-1]
+    if last.tool_results:
+        return text_reply("sent")
+    if "picture" in last.text:
+        return tool_reply("send_file", path="red.png")
+    images = [c for c in last.content if c.attachment is not None]
+    if images:
+        return text_reply(f"an image of {len(request.media[images[0].attachment.sha256])} bytes")
+    return text_reply("echo: " + last.text)
+
+
+@asynccontextmanager
+async def bot(
+    synapse: Synapse, people: People, tmp: Path, *, encryption: bool = True
+) -> AsyncIterator[Daemon]:
+    (tmp / "ws").mkdir(exist_ok=True)
+    (tmp / "ws" / "red.png").write_bytes(PNG)
+    (tmp / "config.yaml").write_text(
+        json.dumps({"agent": {"approver": {"allow": [{"tool": "send_file"}]}}})
+    )
+    config = load_config(
+        str(tmp / "config.yaml"),
+        {
+            "HOME": str(tmp),
+            "ROUSSEAU_STATE_PATH": str(tmp / "state" / "s.db"),
+            "ROUSSEAU_AGENT_WORKSPACE": str(tmp / "ws"),
+            "ROUSSEAU_MATRIX_HOMESERVER_URL": synapse.url,
+            "ROUSSEAU_MATRIX_USER_ID": people.bot_id,
+            "MATRIX_PASSWORD": people.bot_password,
+            "ROUSSEAU_MATRIX_ALLOWLIST": people.alice["user_id"],
+            "ROUSSEAU_MATRIX_ENCRYPTION": "true" if encryption else "false",
+        },
+    )
+    transports = build_transports(config)
+    daemon = Daemon(config, transports=transports, provider=FunctionProvider(answer))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run)
+        with anyio.fail_after(30):
+            while not transports["matrix"].connected:
+                await anyio.sleep(0.05)
+        yield daemon
+        daemon.stop()
+
+
+async def until(check: Any, seconds: float = 30) -> None:
+    with anyio.fail_after(seconds):
+        while not check():
+            await anyio.sleep(0.1)
+
+
+async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
+    synapse: Synapse, tmp_path: Path
+) -> None:
+    people = People(synapse)
+    alice = Person(synapse, people.alice, tmp_path / "alice-store")
+    async with anyio.create_task_group() as tg:
+        await alice.start(tg)
+        room = await alice.encrypted_room(people.bot_id)
+        async with bot(synapse, people, tmp_path):
+            await until(lambda: people.bot_id in people.members(room))
+            await alice.say(room, "hello in secret")
+            await until(lambda: alice.said_by(people.bot_id) == ["echo: hello in secret"])
+        # Only ciphertext is on the server: the bot's events there are m.room.encrypted.
+        assert people.bot_messages(room) == []
+        store = tmp_path / "state" / "matrix-keys"
+        assert stat.S_IMODE(store.stat().st_mode) == 0o700
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in store.iterdir())
+        devices = people.devices()
+
+        async with bot(synapse, people, tmp_path):  # the same device, its sessions kept
+            await alice.say(room, "still there?")
+            await until(lambda: alice.said_by(people.bot_id)[-1:] == ["echo: still there?"])
+            assert people.devices() == devices
+
+            await alice.send_image(room)
+            took = f"an image of {len(PNG)} bytes"
+            await until(lambda: alice.said_by(people.bot_id)[-1:] == [took])
+            await alice.say(room, "send me the picture")
+            await until(lambda: any(who == people.bot_id for who, _ in alice.images))
+        assert [data for who, data in alice.images if who == people.bot_id] == [PNG]
+        assert all(decrypted for sender, _, decrypted in alice.texts if sender == people.bot_id)
+        tg.cancel_scope.cancel()
+    await alice.client.close()
+
+
+async def test_without_encryption_an_encrypted_room_is_named_and_never_answered_in_plain(
+    synapse: Synapse, tmp_path: Path
+) -> None:
+    people = People(synapse)
+    alice = Person(synapse, people.alice, tmp_path / "alice-store")
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await alice.start(tg)
+            room = await alice.encrypted_room(people.bot_id)
+            async with bot(synapse, people, tmp_path, encryption=False):
+                await until(lambda: people.bot_id in people.members(room))
+                await alice.say(room, "can you read this?")
+                await alice.say(room, "and this?")
+                await until(lambda: any(e["event"] == "matrix.encrypted_room" for e in logs))
+                await anyio.sleep(1)
+            tg.cancel_scope.cancel()
+    await alice.client.close()
+    assert [e["room"] for e in logs if e["event"] == "matrix.encrypted_room"] == [room]
+    assert people.bot_messages(room) == [] and alice.said_by(people.bot_id) == []
