@@ -17,6 +17,7 @@ import structlog
 from tests.fakes.llm import FakeLLMServer
 from tests.fakes.telegram import FakeTelegram
 from tests.helpers import unavailable
+from tests.irc.ngircd import Ngircd, ngircd_binary
 from tests.mail.dovecot import Dovecot, dovecot_binary
 from tests.matrix.synapse import Synapse, synapse_python
 from tests.postgres.server import Postgres, postgres_bin
@@ -52,6 +53,30 @@ def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
     server = Synapse(python, Path(tmp_path_factory.mktemp("synapse"))).start()
     yield server
     server.stop()
+
+
+def _ngircd() -> Ngircd:
+    binary = ngircd_binary()
+    if binary is None:
+        unavailable("ngIRCd is not installed: apt-get install ngircd, as .ci/run does")
+    assert binary is not None
+    return Ngircd(binary).start()
+
+
+@pytest.fixture(scope="session")
+def ngircd() -> Iterator[Ngircd]:
+    """A real IRC server (ngIRCd) for this test session."""
+    server = _ngircd()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def own_ngircd() -> Iterator[Ngircd]:
+    """An IRC server of the test's own (to stop and start again)."""
+    server = _ngircd()
+    yield server
+    server.close()
 
 
 @pytest.fixture

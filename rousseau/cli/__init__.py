@@ -28,6 +28,7 @@ TRANSPORT_LABELS = {
     "whatsapp": "WhatsApp",
     "imessage": "iMessage",
     "email": "email",
+    "irc": "IRC",
 }
 _INIT_TRANSPORTS = ["telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email"]
 """The transports `rousseau init` sets up."""
@@ -92,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
             alone.add_argument(
                 "action", nargs="?", choices=["login"], help="login: pair by QR code, then exit"
             )
+        if name == "matrix":
+            alone.add_argument(
+                "action",
+                nargs="?",
+                choices=["devices", "verify", "block", "unverify", "unblock"],
+                help="with encryption: list the devices the bot knows, or trust one (or not)",
+            )
+            alone.add_argument("user", nargs="?", help="the device's user id")
+            alone.add_argument("device", nargs="?", help="the device id")
 
     sub.add_parser(
         "mcp", help="serve the tools and the stored conversations over MCP (stdio)"

@@ -15,8 +15,13 @@ def run(args: argparse.Namespace) -> int:
     from rousseau.daemon import run
 
     config = load(args, quiet=False)
-    if getattr(args, "action", None) == "login":
+    action = getattr(args, "action", None)
+    if action == "login":
         return _whatsapp_login(config)
+    if action is not None and args.only == "matrix":
+        from rousseau.cli import matrix
+
+        return matrix.devices(args) if action == "devices" else matrix.decide(args)
     return run(config, only=args.only)
 
 

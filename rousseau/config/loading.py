@@ -45,6 +45,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "BLUEBUBBLES_PASSWORD": ("imessage", "password"),
     "TWILIO_AUTH_TOKEN": ("sms", "auth_token"),
     "VONAGE_API_SECRET": ("sms", "api_secret"),
+    "IRC_PASSWORD": ("irc", "password"),
 }
 _NOT_SETTINGS = frozenset({"ROUSSEAU_CONFIG"})
 

@@ -38,6 +38,7 @@ from rousseau.config.transports import (
     DiscordConfig,
     EmailConfig,
     IMessageConfig,
+    IRCConfig,
     MatrixConfig,
     SignalConfig,
     SlackConfig,
@@ -145,6 +146,8 @@ class Config(Section):
     """The email transport over IMAP and SMTP; give it a mailbox of its own (it marks mail seen)."""
     sms: SMSConfig | None = None
     """The SMS transport, send-only unless webhook is set (Twilio only)."""
+    irc: IRCConfig | None = None
+    """The IRC transport, configured when present with its server."""
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""

@@ -191,3 +191,28 @@ class SMSConfig(TransportConfig):
     """How long to wait for Twilio to report a sent message."""
     webhook: SMSWebhookConfig | None = None
     """Inbound SMS from Twilio; unset, the transport only sends."""
+
+
+class IRCConfig(TransportConfig):
+    server: str | None = None
+    """The IRC server's host name, e.g. irc.libera.chat."""
+    port: int | None = None
+    """Its port; unset: 6697 with tls, 6667 without."""
+    tls: bool = True
+    """TLS from the first byte (the server's certificate checked unless tls_verify is off)."""
+    tls_verify: bool = True
+    """Check the server's certificate (off only for a test server; a self-signed one can be
+    trusted by naming it in SSL_CERT_FILE instead)."""
+    nick: str = "rousseau"
+    """The bot's nick (taken with a _ after it when in use)."""
+    password: SecretStr | None = None
+    """The account's password (or IRC_PASSWORD): SASL PLAIN where the server offers it,
+    else NickServ IDENTIFY."""
+    sasl_username: str | None = None
+    """The account name for SASL; unset: the nick."""
+    server_password: SecretStr | None = None
+    """A password the server itself asks for (PASS), rarely needed."""
+    channels: list[str] = Field(default_factory=list)
+    """Channels joined (and joined again after a reconnect), e.g. ["#rousseau"]."""
+    line_interval: Duration = 1.0
+    """After a burst of a few lines, one line each this long (flood protection)."""

@@ -30,6 +30,7 @@ TRANSPORTS = (
     "imessage",
     "email",
     "sms",
+    "irc",
 )
 
 
@@ -205,6 +206,26 @@ def _sms(section: Any) -> Transport:
     )
 
 
+def _irc(section: Any) -> Transport:
+    if section is None or not section.server:
+        raise ConfigError("irc.server: not set (the IRC server's host name)")
+    from rousseau.transports.irc import IRCTransport
+
+    return IRCTransport(
+        section.server,
+        section.nick,
+        port=section.port or (6697 if section.tls else 6667),
+        tls=section.tls,
+        tls_verify=section.tls_verify,
+        password=_secret(section.password),
+        sasl_username=section.sasl_username,
+        server_password=_secret(section.server_password),
+        channels=section.channels,
+        allowlist=section.allowlist,
+        line_interval=section.line_interval,
+    )
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -215,6 +236,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "imessage": _imessage,
     "email": _email,
     "sms": _sms,
+    "irc": _irc,
 }
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import stat
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -177,11 +179,34 @@ async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
         assert stat.S_IMODE(store.stat().st_mode) == 0o700
         assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in store.iterdir())
         devices = people.devices()
+        # The owner sees the devices the bot knows, and can decide about one.
+        env = {
+            **os.environ,
+            "HOME": str(tmp_path),
+            "ROUSSEAU_STATE_PATH": str(tmp_path / "state" / "s.db"),
+            "ROUSSEAU_MATRIX_HOMESERVER_URL": synapse.url,
+            "ROUSSEAU_MATRIX_USER_ID": people.bot_id,
+        }
+        listed = await anyio.run_process(
+            [sys.executable, "-m", "rousseau", "matrix", "devices"], env=env
+        )
+        phone = alice.client.device_id
+        assert any(
+            people.alice["user_id"] in ln and phone in ln for ln in listed.stdout.decode().splitlines()
+        )
+        verified = await anyio.run_process(
+            [sys.executable, "-m", "rousseau", "matrix", "verify", people.alice["user_id"], phone],
+            env=env,
+        )
+        assert b"applied at the transport's next sync" in verified.stdout
 
-        async with bot(synapse, people, tmp_path):  # the same device, its sessions kept
+        async with bot(synapse, people, tmp_path) as daemon:  # the same device, sessions kept
             await alice.say(room, "still there?")
             await until(lambda: alice.said_by(people.bot_id)[-1:] == ["echo: still there?"])
             assert people.devices() == devices
+            known = await daemon.transports["matrix"].state.get("devices")
+            mine = [d for d in json.loads(known) if d["device"] == phone]
+            assert [d["trust"] for d in mine] == ["verified"]
 
             await alice.send_image(room)
             took = f"an image of {len(PNG)} bytes"

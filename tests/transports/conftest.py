@@ -12,6 +12,7 @@ from tests.transports.conformance import Harness
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_email import EmailHarness
 from tests.transports.harness_imessage import IMessageHarness
+from tests.transports.harness_irc import IRCHarness
 from tests.transports.harness_linechat import LinechatHarness
 from tests.transports.harness_matrix import MatrixHarness
 from tests.transports.harness_signal import SignalHarness
@@ -23,6 +24,7 @@ HARNESSES: dict[str, Callable[[], Any]] = {
     "discord": DiscordHarness,
     "email": EmailHarness,
     "imessage": IMessageHarness,
+    "irc": IRCHarness,
     "linechat": LinechatHarness,  # the example plugin's transport
     "matrix": MatrixHarness,
     "signal": SignalHarness,
@@ -36,6 +38,8 @@ HARNESSES: dict[str, Callable[[], Any]] = {
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "matrix":  # a real homeserver, started once for the session
         made = MatrixHarness(request.getfixturevalue("synapse"))
+    elif request.param == "irc":  # a real IRC server, started once for the session
+        made = IRCHarness(request.getfixturevalue("ngircd"))
     elif request.param == "email":  # a real IMAP server, started once for the session
         made = EmailHarness(request.getfixturevalue("dovecot"))
     else:

@@ -129,7 +129,10 @@ async def test_long_reply_is_split_with_nothing_lost(harness: Harness, tmp_path:
     ]
     assert words[:3000] == [f"w{i}" for i in range(3000)]
     assert words[-1] == "Done." and len(words) == 3000 + 300 * 3 + 1
-    assert all(len(FENCE.findall(p)) % 2 == 0 for p in parts)
+    if getattr(harness, "delivers_lines", False):  # a line-based platform: one line each
+        assert len(FENCE.findall("\n".join(parts))) % 2 == 0
+    else:
+        assert all(len(FENCE.findall(p)) % 2 == 0 for p in parts)
 
 
 def can(harness: Harness, action: str) -> None:
