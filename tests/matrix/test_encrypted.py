@@ -192,7 +192,8 @@ async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
         )
         phone = alice.client.device_id
         assert any(
-            people.alice["user_id"] in ln and phone in ln for ln in listed.stdout.decode().splitlines()
+            people.alice["user_id"] in ln and phone in ln
+            for ln in listed.stdout.decode().splitlines()
         )
         verified = await anyio.run_process(
             [sys.executable, "-m", "rousseau", "matrix", "verify", people.alice["user_id"], phone],
