@@ -36,8 +36,9 @@ LINE = 510
 """Bytes of one line as the server relays it, CR LF apart (RFC 1459's 512)."""
 MAX_HOST = 63
 """The longest host a server puts in our prefix, when it has not told us ours."""
-MAX_LENGTH = 1400
-"""Bytes of one reply part (the router's split); `send` cuts each into lines."""
+MAX_LENGTH = 350
+"""Characters of one reply part (the router's split, 1,400 bytes at most); `send` cuts each
+into lines under the byte limit."""
 CONNECT_TIMEOUT = 30.0
 QUEUE = 1000
 """Lines taken in and not yet handed over, at most (a flood past it is dropped, logged)."""
@@ -99,7 +100,7 @@ class _Client(pydle.Client):  # type: ignore[misc]  # pydle has no type hints
 class IRCTransport:
     name = "irc"
     max_length = MAX_LENGTH
-    measure = staticmethod(utf8_len)
+    measure = staticmethod(len)
 
     def __init__(
         self,

@@ -65,10 +65,10 @@ class Ngircd:
     def start(self) -> Ngircd:
         if not self.config.exists():
             self._write()
-        log = (self.folder / "ngircd.log").open("ab")
-        self.proc = subprocess.Popen(
-            [self.binary, "-n", "-f", str(self.config)], stdout=log, stderr=log
-        )
+        with (self.folder / "ngircd.log").open("ab") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [self.binary, "-n", "-f", str(self.config)], stdout=log, stderr=log
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -8,7 +8,7 @@ import time
 from typing import ClassVar
 
 from rousseau.transports.base import Transport
-from rousseau.transports.irc import MAX_LENGTH, IRCTransport, utf8_len
+from rousseau.transports.irc import MAX_LENGTH, IRCTransport
 from tests.irc.ngircd import Ngircd
 from tests.irc.person import Person
 from tests.transports.conformance import Delivered
@@ -19,7 +19,7 @@ class IRCHarness:
     cannot: ClassVar[dict[str, str]] = {
         "redeliver_last": "an IRC server never delivers a line twice",
     }
-    measure = staticmethod(utf8_len)
+    measure = staticmethod(len)
     limit = MAX_LENGTH
     long_parts = 340  # lines: the words take 40 or more, the code 302, then "Done."
     delivers_lines = True
