@@ -142,6 +142,17 @@ class Configured:
     section: Any
     error: str = ""
 
+    def make(self, *context: Any) -> Any:
+        """What the plugin builds from its section (and `context`); PluginError, with the
+        line saying why, when it did not load or its `build` fails in any way."""
+        if self.plugin is None:
+            raise PluginError(self.error)
+        build: Any = self.plugin.build
+        try:
+            return build(self.section, *context)
+        except Exception as exc:  # a plugin may fail in any way: it stops only itself
+            raise PluginError(f"{type(exc).__name__}: {exc}") from exc
+
 
 @functools.cache
 def installed() -> Mapping[str, Installed]:

@@ -21,6 +21,22 @@ def private_folder(path: Path) -> None:
             pass
 
 
+def write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, atomically and 0600 whatever the umask (written beside it,
+    synced, then moved over it)."""
+    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), 0o600)
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
 def private_file(path: Path) -> None:
     """Make `path`, empty and 0600, unless it is there (its folders as `private_folder`).
     SQLite gives a database's -wal and -shm files the database file's mode."""

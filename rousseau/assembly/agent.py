@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -149,22 +149,16 @@ def build_registry(config: Config, agent: str = DEFAULT_AGENT) -> Registry:
 def _plugin_tools(config: Config, agent: str, workspace: Workspace) -> list[Tool]:
     """The tools of the configured tool plugins for `agent`; a plugin that did not load, or
     fails to make its tools, stops only itself (one line in the log)."""
-    from rousseau.plugins import ToolContext
+    from rousseau.plugins import PluginError, ToolContext
 
     made: list[Tool] = []
+    context = ToolContext(workspace=workspace, agent=agent)
     for name, configured in config.plugins.items():
-        if configured.installed.kind != "tool":
-            continue
-        error = configured.error
-        if configured.plugin is not None:
-            build: Any = configured.plugin.build
+        if configured.installed.kind == "tool":
             try:
-                context = ToolContext(workspace=workspace, agent=agent)
-                made.extend(build(configured.section, context))
-                continue
-            except Exception as exc:  # a plugin may fail in any way: it stops only itself
-                error = f"{type(exc).__name__}: {exc}"
-        log.error("plugins.failed", plugin=name, error=error)
+                made.extend(configured.make(context))
+            except PluginError as exc:
+                log.error("plugins.failed", plugin=name, error=str(exc))
     return made
 
 

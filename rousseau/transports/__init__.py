@@ -279,15 +279,13 @@ def _plugin(config: Config, name: str, *, strict: bool) -> Transport | None:
     configured = config.plugins.get(name)
     if configured is None or configured.installed.kind != "transport":
         raise ConfigError(f"{name}: no such transport (nor an installed transport plugin)")
-    error = configured.error
-    if configured.plugin is not None:
-        build: Any = configured.plugin.build
-        try:
-            return build(configured.section)  # type: ignore[no-any-return]
-        except Exception as exc:  # a plugin may fail in any way: it stops only itself
-            from rousseau.transports.base import describe
+    from rousseau.plugins import PluginError
+    from rousseau.transports.base import describe
 
-            error = describe(f"{type(exc).__name__}: {exc}", *config.secrets())
+    try:
+        return configured.make()  # type: ignore[no-any-return]
+    except PluginError as exc:
+        error = describe(exc, *config.secrets())
     if strict:
         raise ConfigError(f"{name}: the transport plugin did not load: {error}")
     _log.error("plugins.failed", plugin=name, error=error)

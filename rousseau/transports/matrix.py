@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Download, Incoming, MediaIntake
 from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
-from rousseau.private import private_folder
+from rousseau.private import private_folder, write_private
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
 from rousseau.transports.unreadable import Unreadable, checked, number, refuse, text
 
@@ -163,9 +162,7 @@ class MatrixTransport:
             return path.read_text().strip()
         except FileNotFoundError:
             key = secrets.token_urlsafe(32)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(key)
+            write_private(path, key)
             return key
 
     async def _saved_session(self) -> dict[str, str] | None:
@@ -189,10 +186,7 @@ class MatrixTransport:
         if session is None:
             path.unlink(missing_ok=True)
             return
-        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(raw)
-        path.with_suffix(".tmp").replace(path)
+        write_private(path, raw)
 
     async def _refused(self, doing: str, reply: Any) -> TransportError:
         """An error answer in rousseau's tree. A refused token from the config is permanent;
