@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import structlog
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
@@ -133,7 +134,8 @@ class IRCTransport:
         self._refused = ""
         self._ids = itertools.count(1)
         self._epoch = f"{int(time.time())}"
-        self._inbox_send, self._inbox = anyio.create_memory_object_stream[Inbound](QUEUE)
+        self._inbox: MemoryObjectSendStream[Inbound] | None = None
+        """Where lines taken in wait for the handler, in order (one per run)."""
         self._send_lock = anyio.Lock()
         self._tokens = float(burst)
         self._filled = time.monotonic()
@@ -167,6 +169,7 @@ class IRCTransport:
     ) -> None:
         self._ready, self._gone, self._stop = anyio.Event(), anyio.Event(), anyio.Event()
         self._refused, self._sasl_ok = "", False
+        self._inbox, taken = anyio.create_memory_object_stream[Inbound](QUEUE)
         client = self._client = self._client_for()
         try:
             await self._connect(client)
@@ -175,18 +178,19 @@ class IRCTransport:
             async with anyio.create_task_group() as tg:
 
                 async def hand_over() -> None:
-                    async for inbound in self._inbox:
+                    async for inbound in taken:
                         await handler(inbound)
 
                 tg.start_soon(hand_over)
                 await self._identify(client)
-                with anyio.CancelScope() as self._scope:
-                    await self._gone.wait()
+                await self._gone.wait()
                 tg.cancel_scope.cancel()
             if not self._stop.is_set():
                 raise TransportError(f"irc: lost the connection to {self.server}")
         finally:
             self._ready = anyio.Event()
+            self._inbox.close()
+            taken.close()
             with anyio.CancelScope(shield=True):
                 if client.connected:
                     await client.quit("bye")
@@ -223,8 +227,8 @@ class IRCTransport:
 
     def _take(self, message: Any) -> None:
         """A PRIVMSG as the router takes it; the bot's own, CTCP and NOTICEs are not."""
-        client = self._client
-        if client is None or len(message.params) < 2:
+        client, inbox = self._client, self._inbox
+        if client is None or inbox is None or len(message.params) < 2:
             return
         target, text = message.params[0], message.params[1]
         nick = str(message.source).partition("!")[0]
@@ -244,7 +248,9 @@ class IRCTransport:
             mentioned=private or _names(text, client.nickname),
         )
         try:
-            self._inbox_send.send_nowait(inbound)
+            inbox.send_nowait(inbound)
+        except anyio.ClosedResourceError:
+            return  # the link is closing: IRC keeps nothing for us anyway
         except anyio.WouldBlock:
             log.error("irc.flooded", chat=inbound.chat_id, sender=nick)
 

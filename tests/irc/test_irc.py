@@ -124,3 +124,18 @@ async def test_the_link_comes_back_after_the_server_restarts(
 def test_a_channel_line_names_the_bot_only_by_its_whole_nick() -> None:
     assert _names("rbot: hi", "rbot") and _names("hi RBot!", "rbot")
     assert not _names("rbots are fun", "rbot") and not _names("xrbot", "rbot")
+
+
+def test_a_transport_never_run_leaves_nothing_open() -> None:
+    """Its queue exists only while it runs: one made and dropped (doctor, `send`) leaves no
+    stream for the garbage collector to warn about in some later test."""
+    import gc
+    import warnings
+
+    from rousseau.transports.irc import IRCTransport
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        IRCTransport("127.0.0.1", "rbot_t3")
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
