@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -211,11 +212,24 @@ def runs_below(root: int, *argv: str) -> bool:
     return False
 
 
-async def until(check: Callable[[], bool]) -> None:
+async def until(check: Callable[[], bool], seconds: float | None = None) -> None:
+    """Poll `check` until it holds; with `seconds`, a TimeoutError after that long."""
     import anyio
 
-    while not check():
-        await anyio.sleep(0.05)
+    with anyio.fail_after(seconds):
+        while not check():
+            await anyio.sleep(0.05)
+
+
+def end_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """A test server's process ended: asked to stop, killed after 10 s if it will not."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class SideBySide:

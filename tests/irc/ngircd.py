@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.helpers import free_port, self_signed
+from tests.helpers import end_process, free_port, self_signed
 
 BINARY = "/usr/sbin/ngircd"
 
@@ -79,13 +79,7 @@ class Ngircd:
         raise RuntimeError("ngircd did not start")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc)
         self.proc = None
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
 from rousseau.transports.irc import _names
+from tests.helpers import until
 from tests.irc.ngircd import Ngircd
 from tests.irc.person import Person
 
@@ -64,12 +65,6 @@ async def bot(server: Ngircd, tmp: Path, nick: str, owner: str) -> AsyncIterator
         daemon.stop()
 
 
-async def until(check, seconds: float = 20) -> None:  # type: ignore[no-untyped-def]
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.05)
-
-
 async def test_private_channel_stranger_and_a_long_answer(ngircd: Ngircd, tmp_path: Path) -> None:
     alice = await anyio.to_thread.run_sync(Person, ngircd.port, "alice_t1")
     eve = await anyio.to_thread.run_sync(Person, ngircd.port, "eve_t1")
@@ -81,16 +76,16 @@ async def test_private_channel_stranger_and_a_long_answer(ngircd: Ngircd, tmp_pa
             )
             eve.say("rbot_t1", "let me in")
             alice.say("rbot_t1", "hello")
-            await until(lambda: alice.from_("rbot_t1") == [("alice_t1", "echo: hello")])
+            await until(lambda: alice.from_("rbot_t1") == [("alice_t1", "echo: hello")], 20)
             alice.say("#room", "just chatting")
             alice.say("#room", "rbot_t1: are you there?")
-            await until(lambda: len(alice.from_("rbot_t1")) == 2)
+            await until(lambda: len(alice.from_("rbot_t1")) == 2, 20)
             target, said = alice.from_("rbot_t1")[1]
             assert target == "#room" and said.endswith("are you there?")
             assert eve.from_("rbot_t1") == [] and len(provider.requests) == 2
 
             alice.say("rbot_t1", "something long please")
-            await until(lambda: " ".join(t for _, t in alice.from_("rbot_t1")[2:]) == LONG)
+            await until(lambda: " ".join(t for _, t in alice.from_("rbot_t1")[2:]) == LONG, 20)
         lines = [line for line in alice.lines if line.startswith(":rbot_t1!")]
         assert all(len(line.encode()) <= 510 for line in lines)  # relayed whole, never cut
         assert not any(line.endswith("[CUT]") for line in lines)
@@ -116,7 +111,7 @@ async def test_the_link_comes_back_after_the_server_restarts(
                 )
             )
             alice.say("rbot_t2", "welcome back")
-            await until(lambda: alice.from_("rbot_t2") == [("alice_t2", "echo: welcome back")])
+            await until(lambda: alice.from_("rbot_t2") == [("alice_t2", "echo: welcome back")], 20)
         finally:
             alice.close()
 

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.helpers import free_port, self_signed
+from tests.helpers import end_process, free_port, self_signed
 
 POOL = 1000
 CONFIG = """\
@@ -166,12 +166,6 @@ class Dovecot:
             raise RuntimeError(f"doveadm kick failed: {done.stderr.decode()}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc)
         if self.proc is not None and self.proc.stderr is not None:
             self.proc.stderr.close()

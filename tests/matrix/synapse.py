@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import free_port
+from tests.helpers import end_process, free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -117,12 +117,7 @@ class Synapse:
         raise RuntimeError("synapse did not start in 60 s")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        end_process(self.proc)
 
     def call(
         self, method: str, path: str, body: dict[str, Any] | None = None, token: str | None = None

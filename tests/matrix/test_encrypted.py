@@ -24,6 +24,7 @@ from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
+from tests.helpers import until
 from tests.matrix.synapse import Synapse
 from tests.matrix.test_matrix import People
 
@@ -155,12 +156,6 @@ async def bot(
         daemon.stop()
 
 
-async def until(check: Any, seconds: float = 30) -> None:
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.1)
-
-
 async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
     synapse: Synapse, tmp_path: Path
 ) -> None:
@@ -170,9 +165,9 @@ async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
         await alice.start(tg)
         room = await alice.encrypted_room(people.bot_id)
         async with bot(synapse, people, tmp_path):
-            await until(lambda: people.bot_id in people.members(room))
+            await until(lambda: people.bot_id in people.members(room), 30)
             await alice.say(room, "hello in secret")
-            await until(lambda: alice.said_by(people.bot_id) == ["echo: hello in secret"])
+            await until(lambda: alice.said_by(people.bot_id) == ["echo: hello in secret"], 30)
         # Only ciphertext is on the server: the bot's events there are m.room.encrypted.
         assert people.bot_messages(room) == []
         store = tmp_path / "state" / "matrix-keys"
@@ -203,7 +198,7 @@ async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
 
         async with bot(synapse, people, tmp_path) as daemon:  # the same device, sessions kept
             await alice.say(room, "still there?")
-            await until(lambda: alice.said_by(people.bot_id)[-1:] == ["echo: still there?"])
+            await until(lambda: alice.said_by(people.bot_id)[-1:] == ["echo: still there?"], 30)
             assert people.devices() == devices
             known = await daemon.transports["matrix"].state.get("devices")
             mine = [d for d in json.loads(known) if d["device"] == phone]
@@ -211,9 +206,9 @@ async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
 
             await alice.send_image(room)
             took = f"an image of {len(PNG)} bytes"
-            await until(lambda: alice.said_by(people.bot_id)[-1:] == [took])
+            await until(lambda: alice.said_by(people.bot_id)[-1:] == [took], 30)
             await alice.say(room, "send me the picture")
-            await until(lambda: any(who == people.bot_id for who, _ in alice.images))
+            await until(lambda: any(who == people.bot_id for who, _ in alice.images), 30)
         assert [data for who, data in alice.images if who == people.bot_id] == [PNG]
         assert all(decrypted for sender, _, decrypted in alice.texts if sender == people.bot_id)
         tg.cancel_scope.cancel()
@@ -230,10 +225,10 @@ async def test_without_encryption_an_encrypted_room_is_named_and_never_answered_
             await alice.start(tg)
             room = await alice.encrypted_room(people.bot_id)
             async with bot(synapse, people, tmp_path, encryption=False):
-                await until(lambda: people.bot_id in people.members(room))
+                await until(lambda: people.bot_id in people.members(room), 30)
                 await alice.say(room, "can you read this?")
                 await alice.say(room, "and this?")
-                await until(lambda: any(e["event"] == "matrix.encrypted_room" for e in logs))
+                await until(lambda: any(e["event"] == "matrix.encrypted_room" for e in logs), 30)
                 await anyio.sleep(1)
             tg.cancel_scope.cancel()
     await alice.client.close()
