@@ -21,6 +21,7 @@ from tests.irc.ngircd import Ngircd, ngircd_binary
 from tests.mail.dovecot import Dovecot, dovecot_binary
 from tests.matrix.synapse import Synapse, synapse_python
 from tests.postgres.server import Postgres, postgres_bin
+from tests.xmpp.prosody import Prosody, prosody_binary
 
 # Imported here, on the main thread: a first import inside a worker thread (fakes call
 # anyio.from_thread there) compiles under pytest's assertion rewriter while other threads
@@ -75,6 +76,30 @@ def ngircd() -> Iterator[Ngircd]:
 def own_ngircd() -> Iterator[Ngircd]:
     """An IRC server of the test's own (to stop and start again)."""
     server = _ngircd()
+    yield server
+    server.close()
+
+
+def _prosody() -> Prosody:
+    binary = prosody_binary()
+    if binary is None:
+        unavailable("Prosody is not installed: apt-get install prosody, as .ci/run does")
+    assert binary is not None
+    return Prosody(binary).start()
+
+
+@pytest.fixture(scope="session")
+def prosody() -> Iterator[Prosody]:
+    """A real XMPP server (Prosody) for this test session."""
+    server = _prosody()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def own_prosody() -> Iterator[Prosody]:
+    """An XMPP server of the test's own (to stop and start again)."""
+    server = _prosody()
     yield server
     server.close()
 

@@ -29,6 +29,7 @@ TRANSPORT_LABELS = {
     "imessage": "iMessage",
     "email": "email",
     "irc": "IRC",
+    "xmpp": "XMPP",
 }
 _INIT_TRANSPORTS = ["telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email"]
 """The transports `rousseau init` sets up."""

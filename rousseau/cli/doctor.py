@@ -30,6 +30,10 @@ SENDER_SHAPES = {
         re.compile(r"^(\+\d{5,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$"),
         "+15551234567 or an account uuid",
     ),
+    "xmpp": (
+        re.compile(r"^[^@/\s]+@[^@/\s]+$"),
+        "a bare address such as you@example.org (no /resource)",
+    ),
 }
 
 

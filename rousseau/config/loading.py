@@ -46,6 +46,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "TWILIO_AUTH_TOKEN": ("sms", "auth_token"),
     "VONAGE_API_SECRET": ("sms", "api_secret"),
     "IRC_PASSWORD": ("irc", "password"),
+    "XMPP_PASSWORD": ("xmpp", "password"),
 }
 _NOT_SETTINGS = frozenset({"ROUSSEAU_CONFIG"})
 

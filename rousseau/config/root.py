@@ -46,6 +46,7 @@ from rousseau.config.transports import (
     TelegramConfig,
     TransportConfig,
     WhatsAppConfig,
+    XMPPConfig,
 )
 from rousseau.config.web_tools import WebToolsConfig
 from rousseau.messages import DEFAULT_AGENT
@@ -148,6 +149,8 @@ class Config(Section):
     """The SMS transport, send-only unless webhook is set (Twilio only)."""
     irc: IRCConfig | None = None
     """The IRC transport, configured when present with its server."""
+    xmpp: XMPPConfig | None = None
+    """The XMPP (Jabber) transport, configured when present with its jid."""
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""

@@ -216,3 +216,26 @@ class IRCConfig(TransportConfig):
     """Channels joined (and joined again after a reconnect), e.g. ["#rousseau"]."""
     line_interval: Duration = 1.0
     """After a burst of a few lines, one line each this long (flood protection)."""
+
+
+class XMPPConfig(TransportConfig):
+    jid: str | None = None
+    """The bot's account, e.g. rousseau@example.org (a bare address: the daemon picks a
+    resource of its own)."""
+    password: SecretStr | None = None
+    """The account's password (or XMPP_PASSWORD)."""
+    server: str | None = None
+    """host or host:port to connect to; unset: found from the address's domain (DNS SRV
+    records, then the domain itself on port 5222)."""
+    tls: Literal["starttls", "direct", "off"] = "starttls"
+    """How the stream is encrypted: STARTTLS on the client port, TLS from the first byte
+    (port 5223), or not at all (a test server on this machine only: the password then
+    crosses in the clear, hashed by SCRAM)."""
+    tls_verify: bool = True
+    """Check the server's certificate (off only for a test server; a self-signed one can be
+    trusted by naming it in SSL_CERT_FILE instead)."""
+    rooms: list[str] = Field(default_factory=list)
+    """Group chats (MUC rooms) joined, e.g. ["team@conference.example.org"], and joined
+    again after a reconnect."""
+    nick: str = "rousseau"
+    """The bot's nick in rooms; a room line is answered when it names it."""

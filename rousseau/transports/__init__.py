@@ -31,6 +31,7 @@ TRANSPORTS = (
     "email",
     "sms",
     "irc",
+    "xmpp",
 )
 
 
@@ -226,6 +227,27 @@ def _irc(section: Any) -> Transport:
     )
 
 
+def _xmpp(section: Any) -> Transport:
+    if section is None or not section.jid or "@" not in section.jid:
+        raise ConfigError("xmpp.jid: not set (the bot's address, e.g. rousseau@example.org)")
+    if section.password is None:
+        raise ConfigError("xmpp.password: not set; set it or XMPP_PASSWORD")
+    server = section.server or ""
+    if server.count(":") == 1 and not server.rpartition(":")[2].isdigit():
+        raise ConfigError(f"xmpp.server: {server!r} is not host or host:port")
+    from rousseau.transports.xmpp import XMPPTransport
+
+    return XMPPTransport(
+        section.jid,
+        section.password.get_secret_value(),
+        server=section.server,
+        tls=section.tls,
+        tls_verify=section.tls_verify,
+        rooms=section.rooms,
+        nick=section.nick,
+    )
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -237,6 +259,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "email": _email,
     "sms": _sms,
     "irc": _irc,
+    "xmpp": _xmpp,
 }
 
 

@@ -24,6 +24,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.transports.mention import names
 from rousseau.transports.split import split_message
 
 try:
@@ -245,7 +246,7 @@ class IRCTransport:
             message_id=f"{self._epoch}-{next(self._ids)}",
             text=text,
             is_group=not private,
-            mentioned=private or _names(text, client.nickname),
+            mentioned=private or names(text, client.nickname),
         )
         try:
             inbox.send_nowait(inbound)
@@ -316,19 +317,3 @@ class IRCTransport:
         client, self._client = self._client, None
         if client is not None and client.connected:
             await client.disconnect(expected=True)
-
-
-def _names(text: str, nick: str) -> bool:
-    """Whether a channel line names the bot: its nick as a word (`bot: hi`, `hi bot`)."""
-    lowered, nick = text.lower(), nick.lower()
-    start = 0
-    while (at := lowered.find(nick, start)) >= 0:
-        before = lowered[at - 1] if at else " "
-        end = at + len(nick)
-        after = lowered[end] if end < len(lowered) else " "
-        if not (before.isalnum() or before in "_-[]\\`^{}|") and not (
-            after.isalnum() or after in "_-[]\\`^{}|"
-        ):
-            return True
-        start = end
-    return False

@@ -19,6 +19,7 @@ class Person:
         self.welcomed = threading.Event()
         self.raw(f"NICK {nick}")
         self.raw(f"USER {nick} 0 * :{nick}")
+        self.sock.settimeout(None)  # the reader waits as long as the server is quiet
         threading.Thread(target=self._read, daemon=True).start()
         if not self.welcomed.wait(10):
             raise TimeoutError(f"{nick} was not welcomed")

@@ -16,7 +16,7 @@ from rousseau.agent.testing import FunctionProvider, text_reply
 from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
-from rousseau.transports.irc import _names
+from rousseau.transports.mention import names
 from tests.helpers import until
 from tests.irc.ngircd import Ngircd
 from tests.irc.person import Person
@@ -117,8 +117,9 @@ async def test_the_link_comes_back_after_the_server_restarts(
 
 
 def test_a_channel_line_names_the_bot_only_by_its_whole_nick() -> None:
-    assert _names("rbot: hi", "rbot") and _names("hi RBot!", "rbot")
-    assert not _names("rbots are fun", "rbot") and not _names("xrbot", "rbot")
+    assert names("rbot: hi", "rbot") and names("hi RBot!", "rbot")
+    assert not names("rbots are fun", "rbot") and not names("xrbot", "rbot")
+    assert names("xrbot, or rbot: you", "rbot") and not names("anything", "")
 
 
 def test_a_transport_never_run_leaves_nothing_open() -> None:

@@ -19,6 +19,7 @@ from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
 from tests.transports.harness_whatsapp import WhatsAppHarness
+from tests.transports.harness_xmpp import XMPPHarness
 
 HARNESSES: dict[str, Callable[[], Any]] = {
     "discord": DiscordHarness,
@@ -31,6 +32,7 @@ HARNESSES: dict[str, Callable[[], Any]] = {
     "slack": SlackHarness,
     "telegram": TelegramHarness,
     "whatsapp": WhatsAppHarness,
+    "xmpp": XMPPHarness,
 }
 
 
@@ -40,6 +42,8 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         made = MatrixHarness(request.getfixturevalue("synapse"))
     elif request.param == "irc":  # a real IRC server, started once for the session
         made = IRCHarness(request.getfixturevalue("ngircd"))
+    elif request.param == "xmpp":  # a real XMPP server, started once for the session
+        made = XMPPHarness(request.getfixturevalue("prosody"))
     elif request.param == "email":  # a real IMAP server, started once for the session
         made = EmailHarness(request.getfixturevalue("dovecot"))
     else:
