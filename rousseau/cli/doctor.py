@@ -263,6 +263,7 @@ def _doctor_transports(config: Config, report: Report) -> None:
 
     from rousseau.agent import RousseauError
     from rousseau.transports import build_transports
+    from rousseau.transports.abilities import Finds
 
     if not config.transport_sections():
         return
@@ -286,6 +287,9 @@ def _doctor_transports(config: Config, report: Report) -> None:
             report(False, name, str(exc))
         except Exception as exc:
             report(False, name, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        if isinstance(transport, Finds):
+            for finding in transport.findings:
+                report.warn(name, finding)
 
 
 def _doctor_store(config: Config, report: Report) -> None:

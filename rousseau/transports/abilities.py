@@ -21,6 +21,7 @@ __all__ = [
     "Abilities",
     "Drafts",
     "Edits",
+    "Finds",
     "Posts",
     "RawPreviews",
     "Reacts",
@@ -47,6 +48,14 @@ class Edits(Protocol):
         """Show `text`: a new message (`message_id` None) or that message edited; return the
         message's id. Raises Throttled when the platform asks to slow down."""
         ...
+
+
+@runtime_checkable
+class Finds(Protocol):
+    """A transport whose `check` can find something worth fixing that is not a failure (an
+    encrypted Matrix room without encryption on): `rousseau doctor` shows each as a warning."""
+
+    findings: list[str]
 
 
 @runtime_checkable

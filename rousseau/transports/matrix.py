@@ -45,6 +45,8 @@ log = structlog.get_logger("rousseau.matrix")
 MAX_LENGTH = 16_000  # Matrix events may be 64 KiB; replies stay readable well below that
 SYNC_TIMEOUT_MS = 30_000
 MAX_TIMEOUTS = 5
+ROOMS_CHECKED = 100
+"""Joined rooms `check` looks at for encryption (one request each: doctor stays quick)."""
 """Connection failures nio retries (backing off) before they reach the supervisor."""
 _FAILURES = (nio.exceptions.ProtocolError, aiohttp.ClientError, OSError, TimeoutError)
 _TOKEN_REFUSED = frozenset({"M_UNKNOWN_TOKEN", "M_MISSING_TOKEN"})
@@ -118,6 +120,8 @@ class MatrixTransport:
         if encryption and store is None:
             raise ValueError("matrix encryption needs a key store folder")
         self._warned_rooms: set[str] = set()
+        self.findings: list[str] = []
+        """What `check` found worth fixing that is not a failure (for `rousseau doctor`)."""
         self._trust_applied = ""
 
     def bind_media(self, media: MediaIntake) -> None:
@@ -330,6 +334,7 @@ class MatrixTransport:
                     raise await self._refused("sync", first)
                 await self._invites(client, first)
                 await self._keys(client)
+                self._encrypted_joined(client)
                 since = first.next_batch
                 await self.state.set("since", since)
             else:
@@ -345,6 +350,7 @@ class MatrixTransport:
                         raise await self._refused("sync", reply)
                     await self._invites(client, reply)
                     await self._keys(client)
+                    self._encrypted_joined(client)
                     await self._messages(client, reply, handler)
                     since = reply.next_batch
                     await self.state.set("since", since)  # only after every event was taken
@@ -458,16 +464,28 @@ class MatrixTransport:
         once (set matrix.encryption); with it, the event is (its keys were not shared with
         this device)."""
         if client.olm is None:
-            if room_id not in self._warned_rooms:
-                self._warned_rooms.add(room_id)
-                log.warning(
-                    "matrix.encrypted_room",
-                    room=room_id,
-                    hint="this room is end-to-end encrypted: set matrix.encryption: true to "
-                    "read and answer it",
-                )
+            self._warn_encrypted(room_id)
             return
         log.warning("matrix.undecryptable", room=room_id, event=event.event_id, sender=event.sender)
+
+    def _warn_encrypted(self, room_id: str) -> None:
+        """One line, once, for an encrypted room joined without encryption."""
+        if room_id not in self._warned_rooms:
+            self._warned_rooms.add(room_id)
+            log.warning(
+                "matrix.encrypted_room",
+                room=room_id,
+                hint="this room is end-to-end encrypted: set matrix.encryption: true to "
+                "read and answer it",
+            )
+
+    def _encrypted_joined(self, client: nio.AsyncClient) -> None:
+        """Without encryption, each encrypted room the bot is in (its state seen in a sync:
+        on joining, or at a first start) named once, before anyone writes there."""
+        if client.olm is None:
+            for room_id, room in client.rooms.items():
+                if room.encrypted:
+                    self._warn_encrypted(room_id)
 
     @staticmethod
     def _caption(event: Any, content: dict[str, Any]) -> str:
@@ -701,10 +719,22 @@ class MatrixTransport:
             scope.cancel()
 
     async def check(self) -> str:
-        """whoami with the configured credentials: proves the homeserver and the login."""
+        """whoami with the configured credentials: proves the homeserver and the login.
+        Without encryption, the encrypted rooms the bot is in become `findings`."""
         client = self._client_for()
         try:
             await self._login(client)
+            if client.olm is None:
+                rooms = await self._encrypted_rooms(client)
+                self.findings = (
+                    [
+                        f"matrix.encryption is off, and {len(rooms)} joined room(s) are end-to-end "
+                        f"encrypted ({', '.join(rooms[:3])}{', ...' if len(rooms) > 3 else ''}): "
+                        "what is said there goes unanswered; set matrix.encryption: true"
+                    ]
+                    if rooms
+                    else []
+                )
             return self.user_id
         except TransportError:
             raise
@@ -712,6 +742,18 @@ class MatrixTransport:
             raise self._unreachable(exc) from exc
         finally:
             await client.close()
+
+    async def _encrypted_rooms(self, client: nio.AsyncClient) -> list[str]:
+        """The joined rooms with end-to-end encryption on (of the first ROOMS_CHECKED)."""
+        joined = await client.joined_rooms()
+        if not isinstance(joined, nio.JoinedRoomsResponse):
+            return []
+        found = []
+        for room_id in joined.rooms[:ROOMS_CHECKED]:
+            state = await client.room_get_state_event(room_id, "m.room.encryption")
+            if isinstance(state, nio.RoomGetStateEventResponse):
+                found.append(room_id)
+        return found
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -5,7 +5,6 @@ without `encryption` never answered in plain text, and named in a warning."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import stat
@@ -13,7 +12,6 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -21,10 +19,12 @@ from structlog.testing import capture_logs
 
 from rousseau.agent import Request, Response
 from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
-from rousseau.config import load_config
+from rousseau.cli.doctor import Report, _doctor_transports
+from rousseau.config import Config, load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
 from tests.helpers import until
+from tests.matrix.person import PNG, Person
 from tests.matrix.synapse import Synapse
 from tests.matrix.test_matrix import People
 
@@ -33,82 +33,6 @@ if not nio.crypto.ENCRYPTION_ENABLED:
     pytest.skip("matrix-nio without its e2e extra", allow_module_level=True)
 
 pytestmark = pytest.mark.anyio
-
-# A 2x2 red PNG.
-PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000002000000020802000000fdd49a73000000"
-    "164944415478da63f8cfc0f09f8181e13f0303c37f000024d003fd6a9c1b3e0000000049454e44ae426082"
-)
-
-
-class Person:
-    """Someone on their own E2E client, syncing in the background."""
-
-    def __init__(self, synapse: Synapse, account: dict[str, Any], store: Path) -> None:
-        store.mkdir(mode=0o700)
-        config = nio.AsyncClientConfig(encryption_enabled=True, store_sync_tokens=True)
-        self.client = nio.AsyncClient(
-            synapse.url, account["user_id"], store_path=str(store), config=config
-        )
-        self.password = "secret-pass-123"
-        self.texts: list[tuple[str, str, bool]] = []
-        """(sender, body, decrypted) of each text message seen."""
-        self.images: list[tuple[str, bytes]] = []
-        self.client.add_event_callback(self._text, nio.RoomMessageText)
-        self.client.add_event_callback(self._image, nio.RoomEncryptedImage)
-
-    async def _text(self, room: Any, event: Any) -> None:
-        self.texts.append((event.sender, event.body, event.decrypted))
-
-    async def _image(self, room: Any, event: Any) -> None:
-        downloaded = await self.client.download(mxc=event.url)
-        plain = nio.crypto.attachments.decrypt_attachment(
-            downloaded.body, event.key["k"], event.hashes["sha256"], event.iv
-        )
-        self.images.append((event.sender, plain))
-
-    async def start(self, tg: Any) -> None:
-        await self.client.login(self.password, device_name="phone")
-        tg.start_soon(self.client.sync_forever, 300)
-
-    def said_by(self, who: str) -> list[str]:
-        return [body for sender, body, _ in self.texts if sender == who]
-
-    async def encrypted_room(self, invite: str) -> str:
-        created = await self.client.room_create(
-            invite=[invite],
-            is_direct=True,
-            initial_state=[
-                {
-                    "type": "m.room.encryption",
-                    "state_key": "",
-                    "content": {"algorithm": "m.megolm.v1.aes-sha2"},
-                }
-            ],
-        )
-        return str(created.room_id)
-
-    async def say(self, room: str, text: str) -> None:
-        sent = await self.client.room_send(
-            room,
-            "m.room.message",
-            {"msgtype": "m.text", "body": text},
-            ignore_unverified_devices=True,
-        )
-        assert isinstance(sent, nio.RoomSendResponse), sent
-
-    async def send_image(self, room: str) -> None:
-        cipher, keys = nio.crypto.attachments.encrypt_attachment(PNG)
-        uploaded, _ = await self.client.upload(
-            io.BytesIO(cipher), content_type="application/octet-stream", filesize=len(cipher)
-        )
-        content = {
-            "msgtype": "m.image",
-            "body": "red.png",
-            "info": {"mimetype": "image/png", "size": len(PNG)},
-            "file": {"url": uploaded.content_uri, "mimetype": "image/png", **keys},
-        }
-        await self.client.room_send(room, "m.room.message", content, ignore_unverified_devices=True)
 
 
 def answer(request: Request) -> Response:
@@ -123,10 +47,7 @@ def answer(request: Request) -> Response:
     return text_reply("echo: " + last.text)
 
 
-@asynccontextmanager
-async def bot(
-    synapse: Synapse, people: People, tmp: Path, *, encryption: bool = True
-) -> AsyncIterator[Daemon]:
+def configured(synapse: Synapse, people: People, tmp: Path, *, encryption: bool) -> Config:
     (tmp / "ws").mkdir(exist_ok=True)
     (tmp / "ws" / "red.png").write_bytes(PNG)
     (tmp / "config.yaml").write_text(
@@ -145,6 +66,14 @@ async def bot(
             "ROUSSEAU_MATRIX_ENCRYPTION": "true" if encryption else "false",
         },
     )
+    return config
+
+
+@asynccontextmanager
+async def bot(
+    synapse: Synapse, people: People, tmp: Path, *, encryption: bool = True
+) -> AsyncIterator[Daemon]:
+    config = configured(synapse, people, tmp, encryption=encryption)
     transports = build_transports(config)
     daemon = Daemon(config, transports=transports, provider=FunctionProvider(answer))
     async with anyio.create_task_group() as tg:
@@ -216,7 +145,7 @@ async def test_an_encrypted_room_is_answered_encrypted_also_after_a_restart(
 
 
 async def test_without_encryption_an_encrypted_room_is_named_and_never_answered_in_plain(
-    synapse: Synapse, tmp_path: Path
+    synapse: Synapse, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     people = People(synapse)
     alice = Person(synapse, people.alice, tmp_path / "alice-store")
@@ -226,11 +155,21 @@ async def test_without_encryption_an_encrypted_room_is_named_and_never_answered_
             room = await alice.encrypted_room(people.bot_id)
             async with bot(synapse, people, tmp_path, encryption=False):
                 await until(lambda: people.bot_id in people.members(room), 30)
+                # Named once it is joined, before anyone writes there.
+                await until(lambda: any(e["event"] == "matrix.encrypted_room" for e in logs), 30)
                 await alice.say(room, "can you read this?")
                 await alice.say(room, "and this?")
-                await until(lambda: any(e["event"] == "matrix.encrypted_room" for e in logs), 30)
-                await anyio.sleep(1)
+                await anyio.sleep(1.5)
             tg.cancel_scope.cancel()
     await alice.client.close()
     assert [e["room"] for e in logs if e["event"] == "matrix.encrypted_room"] == [room]
     assert people.bot_messages(room) == [] and alice.said_by(people.bot_id) == []
+
+    # The doctor names it too, as a warning (the login itself is fine).
+    config = configured(synapse, people, tmp_path, encryption=False)
+    report = Report()
+    await anyio.to_thread.run_sync(_doctor_transports, config, report)
+    lines = capsys.readouterr().out.splitlines()
+    [finding] = [ln for ln in lines if ln.startswith("warn") and "matrix" in ln]
+    assert room in finding and "set matrix.encryption: true" in finding
+    assert not report.failed

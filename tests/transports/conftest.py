@@ -3,11 +3,13 @@ the real Synapse and Dovecot of the test session)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.matrix.synapse import Synapse
 from tests.transports.conformance import Harness
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_email import EmailHarness
@@ -15,6 +17,7 @@ from tests.transports.harness_imessage import IMessageHarness
 from tests.transports.harness_irc import IRCHarness
 from tests.transports.harness_linechat import LinechatHarness
 from tests.transports.harness_matrix import MatrixHarness
+from tests.transports.harness_matrix_e2e import EncryptedMatrixHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
@@ -28,6 +31,7 @@ HARNESSES: dict[str, Callable[[], Any]] = {
     "irc": IRCHarness,
     "linechat": LinechatHarness,  # the example plugin's transport
     "matrix": MatrixHarness,
+    "matrix-e2e": EncryptedMatrixHarness,  # the same adapter in encrypted rooms
     "signal": SignalHarness,
     "slack": SlackHarness,
     "telegram": TelegramHarness,
@@ -36,10 +40,22 @@ HARNESSES: dict[str, Callable[[], Any]] = {
 }
 
 
+@pytest.fixture
+async def encrypted_matrix(
+    synapse: Synapse, tmp_path: Path, anyio_backend: str
+) -> AsyncIterator[EncryptedMatrixHarness]:
+    made = EncryptedMatrixHarness(synapse, tmp_path)
+    await made.start()
+    yield made
+    await made.stop()
+
+
 @pytest.fixture(params=sorted(HARNESSES))
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "matrix":  # a real homeserver, started once for the session
         made = MatrixHarness(request.getfixturevalue("synapse"))
+    elif request.param == "matrix-e2e":  # people on E2E clients, on the test's loop
+        made = request.getfixturevalue("encrypted_matrix")
     elif request.param == "irc":  # a real IRC server, started once for the session
         made = IRCHarness(request.getfixturevalue("ngircd"))
     elif request.param == "xmpp":  # a real XMPP server, started once for the session
