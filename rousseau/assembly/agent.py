@@ -141,12 +141,12 @@ def build_registry(config: Config, agent: str = DEFAULT_AGENT) -> Registry:
     )
     for tool in web_tools(config, agent, tool_files(config)):
         registry.register(tool)
-    for tool in _plugin_tools(config, agent, workspace):
+    for tool in plugin_tools(config, agent, workspace):
         registry.register(tool)
     return registry
 
 
-def _plugin_tools(config: Config, agent: str, workspace: Workspace) -> list[Tool]:
+def plugin_tools(config: Config, agent: str, workspace: Workspace) -> list[Tool]:
     """The tools of the configured tool plugins for `agent`; a plugin that did not load, or
     fails to make its tools, stops only itself (one line in the log)."""
     from rousseau.plugins import PluginError, ToolContext

@@ -197,8 +197,14 @@ def _doctor_access(config: Config, report: Report) -> None:
             report(False, name, f"{name}.allowlist: {shown} cannot match: an id is {example}")
 
 
-KNOWN_TOOLS = frozenset({"read", "write", "edit", "grep", "bash", "cron", "send_file"})
-"""The tools an agent's `tools` may name, besides MCP servers' (SERVER__TOOL)."""
+KNOWN_TOOLS = frozenset(
+    {
+        *("read", "write", "edit", "grep", "bash", "cron", "send_file"),
+        *("web_fetch", "web_search", "browser", "memory", "delegate"),
+    }
+)
+"""The built-in tools an agent's `tools` may name, besides MCP servers' (SERVER__TOOL) and
+the tool plugins' (asked for theirs when a name is none of these)."""
 
 
 def _doctor_agents(config: Config, report: Report) -> None:
@@ -227,10 +233,31 @@ def _doctor_agents(config: Config, report: Report) -> None:
                     f"agents {one} and {other} overlap in their workspaces ({a}, {b}):"
                     " each one's tools could reach the other's files",
                 )
+    _doctor_tools(config, agents, report)
+
+
+def _doctor_tools(config: Config, agents: dict[str, Any], report: Report) -> None:
+    """Each tool an agent's `tools` names exists (a glob: matches one)."""
     for name, agent in agents.items():
+        known: frozenset[str] | set[str] = KNOWN_TOOLS
         for tool in agent.tools or ():
-            if "__" not in tool and not any(fnmatchcase(t, tool) for t in KNOWN_TOOLS):
-                report(False, "agents", f"agent {name}: tools names {tool!r}, no such tool")
+            if "__" in tool or any(fnmatchcase(t, tool) for t in known):
+                continue
+            if known is KNOWN_TOOLS:
+                known = KNOWN_TOOLS | _plugin_tool_names(config, name, agent.workspace)
+                if any(fnmatchcase(t, tool) for t in known):
+                    continue
+            report(False, "agents", f"agent {name}: tools names {tool!r}, no such tool")
+
+
+def _plugin_tool_names(config: Config, agent: str, workspace: str) -> set[str]:
+    """The names of the tools the configured tool plugins make for `agent`."""
+    if not any(c.installed.kind == "tool" for c in config.plugins.values()):
+        return set()
+    from rousseau.assembly.agent import plugin_tools
+    from rousseau.tools import Workspace
+
+    return {tool.name for tool in plugin_tools(config, agent, Workspace(workspace))}
 
 
 def _doctor_sandbox(config: Config, report: Report) -> None:

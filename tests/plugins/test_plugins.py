@@ -203,3 +203,20 @@ async def test_a_broken_plugin_stops_only_itself_and_a_plugin_tool_reaches_the_m
     failed = [e for e in logs if e["event"] == "plugins.failed"]
     assert [e["plugin"] for e in failed] == ["broken"]
     assert "the SDK this plugin needs is missing" in failed[0]["error"]
+
+
+def test_the_doctor_knows_the_built_in_and_the_plugins_tools(tmp_path: Path) -> None:
+    example_plugin("textkit")
+    config = config_file(
+        tmp_path,
+        f"""\
+        textkit: {{unit: words}}
+        state: {{path: {tmp_path / "s.db"}}}
+        agent:
+          workspace: {tmp_path / "ws"}
+          tools: [count_words, web_fetch, memory, delegate, count_lines]
+        """,
+    )
+    done = cli("--config", str(config), "doctor", env={"HOME": str(tmp_path)})
+    unknown = [line for line in done.stdout.splitlines() if "no such tool" in line]
+    assert unknown == ["FAIL  agents     agent default: tools names 'count_lines', no such tool"]
