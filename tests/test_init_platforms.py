@@ -378,3 +378,35 @@ def test_add_to_a_file_without_an_approver_names_the_owner_in_a_new_one(
     assert config.agent.approver is not None
     assert config.agent.approver.owners == [f"discord:{OWNER_ID}"]
     assert config.discord is not None and config.discord.allowlist == [OWNER_ID]
+
+
+def test_add_mattermost_checks_the_token_and_writes_its_section(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    from tests.fakes.mattermost import OWNER_ID as MM_OWNER
+    from tests.fakes.mattermost import TOKEN, FakeMattermost
+
+    fake = FakeMattermost().start()
+    try:
+        first = init_quietly(
+            env, "--yes", "--provider", "openai", "--api-key", KEY, "--no-check",
+            "--telegram-token", "123:abc", "--allow", "4242",
+        )  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        path = written(tmp_path)
+        before = path.read_text()
+        env |= {"ROUSSEAU_MATTERMOST_URL": fake.url}
+        refused = init_quietly(env | {"MATTERMOST_TOKEN": "wrong"}, "--add", "mattermost",
+                               "--yes", "--allow", MM_OWNER)  # fmt: skip
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "mattermost.token: the server refused it" in refused.stderr
+        assert path.read_text() == before
+        added = init_quietly(env | {"MATTERMOST_TOKEN": TOKEN}, "--add", "mattermost",
+                             "--yes", "--allow", MM_OWNER)  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        assert TOKEN not in added.stdout + added.stderr
+        config = load_config(str(path), {"MATTERMOST_TOKEN": TOKEN})
+        assert config.mattermost is not None and config.mattermost.url == fake.url
+        assert config.mattermost.allowlist == [MM_OWNER]
+    finally:
+        fake.stop()

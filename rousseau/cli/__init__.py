@@ -30,8 +30,11 @@ TRANSPORT_LABELS = {
     "email": "email",
     "irc": "IRC",
     "xmpp": "XMPP",
+    "mattermost": "Mattermost",
 }
-_INIT_TRANSPORTS = ["telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email"]
+_INIT_TRANSPORTS = [
+    *("telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email", "mattermost"),
+]
 """The transports `rousseau init` sets up."""
 
 

@@ -34,6 +34,10 @@ SENDER_SHAPES = {
         re.compile(r"^[^@/\s]+@[^@/\s]+$"),
         "a bare address such as you@example.org (no /resource)",
     ),
+    "mattermost": (
+        re.compile(r"^[a-z0-9]{26}$"),
+        "a user id (26 letters and digits, from the user's profile > Copy user ID), not a name",
+    ),
 }
 
 

@@ -186,6 +186,31 @@ PLATFORMS: dict[str, Platform] = {
             me="user_id",
         ),
         Platform(
+            "mattermost",
+            "a Mattermost bot account",
+            "aiohttp",
+            "Mattermost: in System Console > Integrations > Bot Accounts turn on bot accounts,\n"
+            "then in Integrations > Bot Accounts > Add Bot Account make one and copy its access\n"
+            "token. Add the bot to the teams and channels it should read.",
+            (
+                Ask(
+                    "url",
+                    "Server address",
+                    "The server's address.",
+                    starts=("http://", "https://"),
+                ),
+                Ask(
+                    "token",
+                    "The bot's access token",
+                    "The bot account's access token (or MATTERMOST_TOKEN).",
+                    "MATTERMOST_TOKEN",
+                    secret=True,
+                ),
+            ),
+            (),
+            "Now send {me} a direct message from your own Mattermost account.",
+        ),
+        Platform(
             "email",
             "a mailbox (IMAP and SMTP)",
             "imapclient",

@@ -47,6 +47,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "VONAGE_API_SECRET": ("sms", "api_secret"),
     "IRC_PASSWORD": ("irc", "password"),
     "XMPP_PASSWORD": ("xmpp", "password"),
+    "MATTERMOST_TOKEN": ("mattermost", "token"),
 }
 _NOT_SETTINGS = frozenset({"ROUSSEAU_CONFIG"})
 

@@ -40,6 +40,7 @@ from rousseau.config.transports import (
     IMessageConfig,
     IRCConfig,
     MatrixConfig,
+    MattermostConfig,
     SignalConfig,
     SlackConfig,
     SMSConfig,
@@ -151,6 +152,8 @@ class Config(Section):
     """The IRC transport, configured when present with its server."""
     xmpp: XMPPConfig | None = None
     """The XMPP (Jabber) transport, configured when present with its jid."""
+    mattermost: MattermostConfig | None = None
+    """The Mattermost transport, configured when present with its url."""
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""

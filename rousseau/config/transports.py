@@ -239,3 +239,11 @@ class XMPPConfig(TransportConfig):
     again after a reconnect."""
     nick: str = "rousseau"
     """The bot's nick in rooms; a room line is answered when it names it."""
+
+
+class MattermostConfig(TransportConfig):
+    url: str | None = None
+    """The server's address, e.g. https://chat.example.org."""
+    token: SecretStr | None = None
+    """A bot account's access token (System Console > Integrations > Bot Accounts), or a
+    personal access token (or MATTERMOST_TOKEN)."""

@@ -32,6 +32,7 @@ TRANSPORTS = (
     "sms",
     "irc",
     "xmpp",
+    "mattermost",
 )
 
 
@@ -248,6 +249,18 @@ def _xmpp(section: Any) -> Transport:
     )
 
 
+def _mattermost(section: Any) -> Transport:
+    if section is None or not section.url:
+        raise ConfigError("mattermost.url: not set (the server's address)")
+    if not section.url.startswith(("https://", "http://")):
+        raise ConfigError(f"mattermost.url: {section.url!r} is not an http(s) address")
+    if section.token is None:
+        raise ConfigError("mattermost.token: not set; set it or MATTERMOST_TOKEN")
+    from rousseau.transports.mattermost import MattermostTransport
+
+    return MattermostTransport(section.url, section.token.get_secret_value())
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -260,6 +273,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "sms": _sms,
     "irc": _irc,
     "xmpp": _xmpp,
+    "mattermost": _mattermost,
 }
 
 

@@ -18,6 +18,7 @@ from tests.transports.harness_irc import IRCHarness
 from tests.transports.harness_linechat import LinechatHarness
 from tests.transports.harness_matrix import MatrixHarness
 from tests.transports.harness_matrix_e2e import EncryptedMatrixHarness
+from tests.transports.harness_mattermost import MattermostHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
 from tests.transports.harness_telegram import TelegramHarness
@@ -32,6 +33,7 @@ HARNESSES: dict[str, Callable[[], Any]] = {
     "linechat": LinechatHarness,  # the example plugin's transport
     "matrix": MatrixHarness,
     "matrix-e2e": EncryptedMatrixHarness,  # the same adapter in encrypted rooms
+    "mattermost": MattermostHarness,
     "signal": SignalHarness,
     "slack": SlackHarness,
     "telegram": TelegramHarness,
