@@ -61,6 +61,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def build_from(tmp: Path, text: str) -> None:
+    """The transports a config file of `text` makes (its ConfigError, if it makes none)."""
+    from rousseau.config import load_config
+    from rousseau.transports import build_transports
+
+    (tmp / "built.yaml").write_text(text)
+    build_transports(load_config(str(tmp / "built.yaml"), {"HOME": str(tmp)}))
+
+
+def listening(port: int) -> bool:
+    """Whether something on this machine takes connections on `port` (a server started)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
 def self_signed(cert: Path, key: Path) -> None:
     """A certificate for 127.0.0.1 and localhost, for the TLS listeners."""
     from cryptography import x509

@@ -31,6 +31,7 @@ from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.private import private_folder, write_private
 from rousseau.transports.base import Throttled, describe, file_bytes, take_by_chat, take_files
+from rousseau.transports.matrix_sync import SyncChecked
 from rousseau.transports.unreadable import Unreadable, checked, number, refuse, text
 
 try:
@@ -139,7 +140,7 @@ class MatrixTransport:
     def _client_for(self) -> nio.AsyncClient:
         if not self.encryption:
             config = nio.AsyncClientConfig(max_timeouts=MAX_TIMEOUTS, encryption_enabled=False)
-            client = _Client(self.homeserver_url, self.user_id, config=config)
+            client = SyncChecked(self.homeserver_url, self.user_id, config=config)
         else:
             assert self.store is not None
             if not nio.crypto.ENCRYPTION_ENABLED:
@@ -151,7 +152,7 @@ class MatrixTransport:
                 store_sync_tokens=False,  # the sync position is the transport's own
                 pickle_key=self._pickle_key(),
             )
-            client = _Client(
+            client = SyncChecked(
                 self.homeserver_url, self.user_id, store_path=str(self.store), config=config
             )
         client.transport = self
@@ -758,51 +759,3 @@ class MatrixTransport:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.close()
-
-
-class _Client(nio.AsyncClient):  # type: ignore[misc]  # nio is untyped where not installed
-    """nio's client, each sync's room events looked at before nio parses them: one it could
-    not parse (not an object, no integer timestamp, no content) would fail the whole sync,
-    and the same sync would be asked for again, forever. Such an event is recorded and
-    dropped."""
-
-    transport: MatrixTransport | None = None
-    """Whose events these are (what is dropped is recorded as that transport's)."""
-
-    async def parse_body(self, transport_response: Any) -> dict[Any, Any]:
-        body: dict[Any, Any] = await super().parse_body(transport_response)
-        if isinstance(body, dict) and "next_batch" in body and self.transport is not None:
-            _drop_unparsable(self.transport, body)
-        return body
-
-
-def _drop_unparsable(transport: MatrixTransport, sync: dict[str, Any]) -> None:
-    """Remove, from the joined and left rooms of a sync's body, the timeline and state
-    events nio cannot parse (each recorded as failed)."""
-    rooms = sync.get("rooms")
-    for kind in ("join", "leave"):
-        found = rooms.get(kind) if isinstance(rooms, dict) else None
-        for room_id, info in found.items() if isinstance(found, dict) else ():
-            for part in ("timeline", "state"):
-                section = info.get(part) if isinstance(info, dict) else None
-                if isinstance(section, dict) and isinstance(section.get("events"), list):
-                    kept = [e for e in section["events"] if _parsable(transport, room_id, e)]
-                    section["events"] = kept
-
-
-def _parsable(transport: MatrixTransport, room_id: str, event: Any) -> bool:
-    """Whether nio can parse `event` (what it fails on, found by tests/fuzz); if not, it
-    is recorded as failed."""
-    if not isinstance(event, dict):
-        why = f"an event of {type(event).__name__}, not an object"
-    elif isinstance(event.get("origin_server_ts"), bool) or not isinstance(
-        event.get("origin_server_ts"), int
-    ):
-        why = "no integer origin_server_ts"
-    elif not isinstance(event.get("content"), dict):
-        why = "no content object"
-    else:
-        return True
-    where = event.get("event_id") if isinstance(event, dict) else None
-    refuse(transport, why, room=room_id, message=where if isinstance(where, str) else None)
-    return False

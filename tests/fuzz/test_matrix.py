@@ -15,7 +15,8 @@ import pytest
 from hypothesis import example, given
 from structlog.testing import capture_logs
 
-from rousseau.transports.matrix import MatrixTransport, _drop_unparsable
+from rousseau.transports.matrix import MatrixTransport
+from rousseau.transports.matrix_sync import drop_unparsable
 from tests.fuzz.events import FUZZ, held, refusals, spoiled
 from tests.matrix.synapse import Synapse
 from tests.transports.harness_matrix import MatrixHarness
@@ -67,7 +68,7 @@ async def test_a_synced_event_is_read_or_refused(event: Any) -> None:
     client = transport._client_for()
     body = sync_of(copy.deepcopy(event), TEXT)
     with capture_logs() as logs:
-        _drop_unparsable(transport, body)
+        drop_unparsable(transport, body)
         reply = nio.SyncResponse.from_dict(body)  # nio parses what is left: never raises
         assert isinstance(reply, nio.SyncResponse), reply
         read = [transport._read(client, ROOM, e) for e in reply.rooms.join[ROOM].timeline.events]

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from tests.helpers import end_process, free_port, self_signed
+from tests.helpers import end_process, free_port, listening, self_signed
 
 BINARY = "/usr/sbin/ngircd"
 
@@ -73,7 +72,7 @@ class Ngircd:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ngircd exited: {(self.folder / 'ngircd.log').read_text()}")
-            if _open(self.port) and _open(self.tls_port):
+            if listening(self.port) and listening(self.tls_port):
                 return self
             time.sleep(0.05)
         raise RuntimeError("ngircd did not start")
@@ -86,11 +85,3 @@ class Ngircd:
         self.stop()
         if not os.environ.get("KEEP_NGIRCD"):
             shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False

@@ -224,7 +224,8 @@ async def test_each_failure_is_a_tool_error_naming_its_cause(
     assert "\n" not in output.content
     [failed] = [e for e in logs if e["event"] == "web_search.failed"]
     assert failed["error"] == output.content
-    assert len(server.asked) == 1
+    # Asked once, never again; a slow server may be given up on before it has read the ask.
+    assert len(server.asked) == 1 or (failure == "slow" and not server.asked)
 
 
 async def test_a_refused_key_names_the_setting(backend: tuple[str, FakeSearch]) -> None:

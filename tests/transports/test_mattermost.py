@@ -24,7 +24,7 @@ from tests.fakes.mattermost import (
     TOWN_SQUARE,
     FakeMattermost,
 )
-from tests.helpers import config_in, free_port, serving, until
+from tests.helpers import build_from, config_in, free_port, serving, until
 
 pytestmark = pytest.mark.anyio
 
@@ -169,12 +169,9 @@ def test_a_section_without_what_it_needs_names_the_key_and_doctor_knows_an_id(
 ) -> None:
     from rousseau.agent import ConfigError
     from rousseau.cli.doctor import SENDER_SHAPES
-    from rousseau.config import load_config
-    from rousseau.transports import build_transports
 
     def built(section: str) -> None:
-        (tmp_path / "c.yaml").write_text(f"mattermost:\n{section}")
-        build_transports(load_config(str(tmp_path / "c.yaml"), {"HOME": str(tmp_path)}))
+        build_from(tmp_path, f"mattermost:\n{section}")
 
     with pytest.raises(ConfigError, match=r"^mattermost\.url: not set"):
         built("  token: x\n")

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from tests.helpers import end_process, free_port, self_signed
+from tests.helpers import end_process, free_port, listening, self_signed
 
 BINARY = "/usr/bin/prosody"
 DOMAIN = "localhost"
@@ -82,7 +81,7 @@ class Prosody:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"prosody exited: {self.log()}")
-            if _open(self.port):
+            if listening(self.port):
                 return self
             time.sleep(0.05)
         raise RuntimeError(f"prosody did not start: {self.log()}")
@@ -102,11 +101,3 @@ class Prosody:
         self.stop()
         if not os.environ.get("KEEP_PROSODY"):
             shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False

@@ -20,7 +20,7 @@ from rousseau.config import load_config
 from rousseau.daemon import Daemon
 from rousseau.transports import build_transports
 from rousseau.transports.xmpp import XMPPTransport
-from tests.helpers import until
+from tests.helpers import build_from, until
 from tests.xmpp.person import CLIENT, Person
 from tests.xmpp.prosody import ROOMS, Prosody
 
@@ -152,7 +152,9 @@ async def test_what_was_sent_while_away_is_answered_and_the_stream_comes_back(
             await anyio.to_thread.run_sync(own_prosody.start)
             alice = await anyio.to_thread.run_sync(accounts.person, own_prosody, accounts.owner)
             await anyio.to_thread.run_sync(alice.join, accounts.room, "alice")
-            await until(lambda: in_room(alice, accounts), 30)  # back, and in its room again
+            await until(
+                lambda: in_room(alice, accounts), 60
+            )  # back (after the backoff), in its room
             alice.say(accounts.bot, "welcome back")
             await until(lambda: ("direct", "echo: welcome back") in from_bot(alice, accounts), 20)
     finally:
@@ -174,8 +176,7 @@ def test_a_section_without_what_it_needs_names_the_key(tmp_path: Path) -> None:
     from rousseau.agent import ConfigError
 
     def built(section: str) -> None:
-        (tmp_path / "c.yaml").write_text(f"xmpp:\n{section}")
-        build_transports(load_config(str(tmp_path / "c.yaml"), {"HOME": str(tmp_path)}))
+        build_from(tmp_path, f"xmpp:\n{section}")
 
     with pytest.raises(ConfigError, match=r"^xmpp\.jid: not set"):
         built("  password: x\n")
