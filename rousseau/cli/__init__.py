@@ -31,6 +31,7 @@ TRANSPORT_LABELS = {
     "irc": "IRC",
     "xmpp": "XMPP",
     "mattermost": "Mattermost",
+    "googlechat": "Google Chat",
 }
 _INIT_TRANSPORTS = [
     *("telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email", "mattermost"),

@@ -38,6 +38,7 @@ SENDER_SHAPES = {
         re.compile(r"^[a-z0-9]{26}$"),
         "a user id (26 letters and digits, from the user's profile > Copy user ID), not a name",
     ),
+    "googlechat": (re.compile(r"^users/\d+$"), "users/ and a number, as Chat names a person"),
 }
 
 

@@ -37,6 +37,7 @@ from rousseau.config.sections import (
 from rousseau.config.transports import (
     DiscordConfig,
     EmailConfig,
+    GoogleChatConfig,
     IMessageConfig,
     IRCConfig,
     MatrixConfig,
@@ -154,6 +155,8 @@ class Config(Section):
     """The XMPP (Jabber) transport, configured when present with its jid."""
     mattermost: MattermostConfig | None = None
     """The Mattermost transport, configured when present with its url."""
+    googlechat: GoogleChatConfig | None = None
+    """The Google Chat transport (an HTTP endpoint app), configured when present."""
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""

@@ -247,3 +247,21 @@ class MattermostConfig(TransportConfig):
     token: SecretStr | None = None
     """A bot account's access token (System Console > Integrations > Bot Accounts), or a
     personal access token (or MATTERMOST_TOKEN)."""
+
+
+class GoogleChatConfig(TransportConfig):
+    credentials_file: str | None = None
+    """The app's service account key (a JSON file from Google Cloud console > IAM > Service
+    accounts > Keys): replies, edits and cron deliveries go out as it."""
+    audience: str | None = None
+    """What Chat's tokens are issued for, as set in the app's configuration (Connection
+    settings > Authentication audience): the project number, or the endpoint's URL."""
+    listen: str = "127.0.0.1:8095"
+    """Where this daemon takes Chat's posts (host:port), behind the public HTTPS address the
+    app's configuration names; the web face's address serves them on its server."""
+    path: str = "/googlechat"
+    """The route Chat posts to."""
+    api_base: str | None = None
+    """The Chat API's address, to use instead of Google's (a proxy, a local fake)."""
+    certs_url: str | None = None
+    """Where the certificates of Chat's tokens are fetched, instead of Google's."""

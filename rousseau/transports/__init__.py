@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -33,6 +34,7 @@ TRANSPORTS = (
     "irc",
     "xmpp",
     "mattermost",
+    "googlechat",
 )
 
 
@@ -261,6 +263,41 @@ def _mattermost(section: Any) -> Transport:
     return MattermostTransport(section.url, section.token.get_secret_value())
 
 
+def _googlechat(section: Any) -> Transport:
+    import json
+
+    if section is None or not section.credentials_file:
+        raise ConfigError("googlechat.credentials_file: not set (the service account's JSON key)")
+    if not section.audience:
+        raise ConfigError(
+            "googlechat.audience: not set (the app's project number, or its endpoint's URL)"
+        )
+    path = Path(section.credentials_file).expanduser()
+    try:
+        credentials = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(
+            f"googlechat.credentials_file: cannot read {path}: {exc.strerror}"
+        ) from None
+    except ValueError:
+        raise ConfigError(f"googlechat.credentials_file: {path} is not a JSON key") from None
+    from rousseau.transports.googlechat import GoogleChatTransport
+
+    try:
+        return GoogleChatTransport(
+            credentials,
+            audience=str(section.audience),
+            listen=section.listen,
+            path=section.path,
+            api_base=section.api_base,
+            certs_url=section.certs_url,
+        )
+    except (ValueError, KeyError) as exc:  # google-auth's word on a key that is not one
+        raise ConfigError(
+            f"googlechat.credentials_file: {path} is not a service account key ({exc})"
+        ) from None
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -274,6 +311,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "irc": _irc,
     "xmpp": _xmpp,
     "mattermost": _mattermost,
+    "googlechat": _googlechat,
 }
 
 

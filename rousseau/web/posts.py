@@ -1,4 +1,5 @@
-"""The routes taking what a platform posts to the daemon (Telegram's webhook): on the web
+"""The routes taking what a platform posts to the daemon (Telegram's webhook, Google Chat's
+events): on the web
 face's server, or on a server of their own address that serves them alone. Either way one
 kind of server and one set of limits."""
 
@@ -28,6 +29,8 @@ def _endpoint(posts: Posts) -> Callable[[Request], Awaitable[Response]]:
     async def take(request: Request) -> Response:
         body = await request.body()  # at most MAX_BYTES: the server's body limit sees to it
         status, text = await posts.take(request.headers, body)
+        if text.startswith("{"):  # an answer the platform reads as JSON (Google Chat's)
+            return Response(text, status_code=status, media_type="application/json")
         return PlainTextResponse(text, status_code=status)
 
     return take
