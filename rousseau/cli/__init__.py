@@ -32,6 +32,7 @@ TRANSPORT_LABELS = {
     "xmpp": "XMPP",
     "mattermost": "Mattermost",
     "googlechat": "Google Chat",
+    "teams": "Microsoft Teams",
 }
 _INIT_TRANSPORTS = [
     *("telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email", "mattermost"),

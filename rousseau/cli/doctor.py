@@ -39,6 +39,10 @@ SENDER_SHAPES = {
         "a user id (26 letters and digits, from the user's profile > Copy user ID), not a name",
     ),
     "googlechat": (re.compile(r"^users/\d+$"), "users/ and a number, as Chat names a person"),
+    "teams": (
+        re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
+        "a user's Entra object id (a uuid), not a name or an email",
+    ),
 }
 
 

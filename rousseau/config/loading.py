@@ -48,6 +48,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "IRC_PASSWORD": ("irc", "password"),
     "XMPP_PASSWORD": ("xmpp", "password"),
     "MATTERMOST_TOKEN": ("mattermost", "token"),
+    "TEAMS_APP_PASSWORD": ("teams", "app_password"),
 }
 _NOT_SETTINGS = frozenset({"ROUSSEAU_CONFIG"})
 

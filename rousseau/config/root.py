@@ -45,6 +45,7 @@ from rousseau.config.transports import (
     SignalConfig,
     SlackConfig,
     SMSConfig,
+    TeamsConfig,
     TelegramConfig,
     TransportConfig,
     WhatsAppConfig,
@@ -157,6 +158,8 @@ class Config(Section):
     """The Mattermost transport, configured when present with its url."""
     googlechat: GoogleChatConfig | None = None
     """The Google Chat transport (an HTTP endpoint app), configured when present."""
+    teams: TeamsConfig | None = None
+    """The Microsoft Teams transport (a Bot Framework bot), configured when present."""
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""

@@ -265,3 +265,23 @@ class GoogleChatConfig(TransportConfig):
     """The Chat API's address, to use instead of Google's (a proxy, a local fake)."""
     certs_url: str | None = None
     """Where the certificates of Chat's tokens are fetched, instead of Google's."""
+
+
+class TeamsConfig(TransportConfig):
+    app_id: str | None = None
+    """The bot's Microsoft App ID (its Entra app registration's Application (client) ID)."""
+    app_password: SecretStr | None = None
+    """A client secret of that app registration (or TEAMS_APP_PASSWORD)."""
+    tenant_id: str | None = None
+    """The Entra tenant of a single-tenant bot (the kind Azure Bot creates now); unset: the
+    multi-tenant botframework.com."""
+    listen: str = "127.0.0.1:3978"
+    """Where this daemon takes Teams' posts (host:port), behind the public HTTPS messaging
+    endpoint the bot's registration names; the web face's address serves them on its server."""
+    path: str = "/api/messages"
+    """The messaging endpoint's route."""
+    login_endpoint: str | None = None
+    """Where the app's token is asked for, instead of Microsoft Entra's (a sovereign cloud's
+    login, or a local fake)."""
+    keys_url: str | None = None
+    """Where the keys of Teams' tokens are fetched, instead of the Bot Framework's."""

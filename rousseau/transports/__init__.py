@@ -35,6 +35,7 @@ TRANSPORTS = (
     "xmpp",
     "mattermost",
     "googlechat",
+    "teams",
 )
 
 
@@ -298,6 +299,24 @@ def _googlechat(section: Any) -> Transport:
         ) from None
 
 
+def _teams(section: Any) -> Transport:
+    if section is None or not section.app_id:
+        raise ConfigError("teams.app_id: not set (the bot's Microsoft App ID)")
+    if section.app_password is None:
+        raise ConfigError("teams.app_password: not set; set it or TEAMS_APP_PASSWORD")
+    from rousseau.transports.teams import TeamsTransport
+
+    return TeamsTransport(
+        section.app_id,
+        section.app_password.get_secret_value(),
+        listen=section.listen,
+        tenant_id=section.tenant_id,
+        path=section.path,
+        login_endpoint=section.login_endpoint,
+        keys_url=section.keys_url,
+    )
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -312,6 +331,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "xmpp": _xmpp,
     "mattermost": _mattermost,
     "googlechat": _googlechat,
+    "teams": _teams,
 }
 
 

@@ -22,6 +22,7 @@ from tests.transports.harness_matrix_e2e import EncryptedMatrixHarness
 from tests.transports.harness_mattermost import MattermostHarness
 from tests.transports.harness_signal import SignalHarness
 from tests.transports.harness_slack import SlackHarness
+from tests.transports.harness_teams import TeamsHarness
 from tests.transports.harness_telegram import TelegramHarness
 from tests.transports.harness_whatsapp import WhatsAppHarness
 from tests.transports.harness_xmpp import XMPPHarness
@@ -38,6 +39,7 @@ HARNESSES: dict[str, Callable[[], Any]] = {
     "mattermost": MattermostHarness,
     "signal": SignalHarness,
     "slack": SlackHarness,
+    "teams": TeamsHarness,
     "telegram": TelegramHarness,
     "whatsapp": WhatsAppHarness,
     "xmpp": XMPPHarness,

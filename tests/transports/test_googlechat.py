@@ -25,6 +25,10 @@ from tests.helpers import build_from, free_port
 pytestmark = pytest.mark.anyio
 
 
+async def ignore(inbound: Inbound) -> None:
+    pass
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeGoogleChat]:
     server = FakeGoogleChat().start()
@@ -143,7 +147,7 @@ async def test_a_refused_key_names_the_setting(fake: FakeGoogleChat, tmp_path: P
     with pytest.raises(TransportAuthError, match=r"^googlechat\.credentials_file: Google refused"):
         await transport.check()
     with pytest.raises(TransportAuthError, match=r"^googlechat\.credentials_file"):
-        await transport.run(lambda inbound: anyio.lowlevel.checkpoint())  # type: ignore[arg-type,return-value]
+        await transport.run(ignore)
     await transport.aclose()
     fake.refuse_grants = False
     assert await transport_for(fake, tmp_path, free_port()).check() == APP

@@ -1,0 +1,398 @@
+"""Microsoft Teams through the Bot Framework protocol, with Microsoft's Teams SDK for Python
+(microsoft-teams-apps and microsoft-teams-api, the maintained successor of the retired Bot
+Framework SDK): Teams posts each activity to the daemon's messaging endpoint, whose token the
+SDK's validator checks (signature by the Bot Framework's published keys, issuer, audience the
+app's id, service URL); replies, edits, typing and cards go out through the SDK's connector
+client. The app's own token is a client-credentials grant from Microsoft Entra, made here (the
+SDK's token manager does it through MSAL, whose blocking calls would hold the loop).
+
+Personal chats are answered; in channels and group chats a message that @-mentions the bot
+is, in its thread. Each conversation's service URL is kept, so cron and alerts reach it
+later. Approvals come as an Adaptive Card whose buttons answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import re
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.transports.abilities import Posts
+from rousseau.transports.unreadable import Unreadable, checked, ident, refuse, text
+
+try:
+    import aiohttp
+    import jwt
+    from microsoft_teams.api.activities.message import MessageActivityInput
+    from microsoft_teams.api.activities.typing import TypingActivityInput
+    from microsoft_teams.api.clients import ApiClient
+    from microsoft_teams.api.models import Attachment
+    from microsoft_teams.common.http import ClientOptions
+
+    with warnings.catch_warnings():  # the apps package warns, at import, of a preview
+        warnings.simplefilter("ignore")  # widget it defines (nothing here uses it)
+        from microsoft_teams.apps.auth.token_validator import (
+            JwtValidationOptions,
+            TokenValidator,
+        )
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtraError("the teams transport", "teams") from exc
+
+log = structlog.get_logger("rousseau.teams")
+
+MAX_LENGTH = 20_000
+"""Characters of a message (Teams takes about 28 KB of text)."""
+LOGIN = "https://login.microsoftonline.com"
+KEYS = "https://login.botframework.com/v1/.well-known/keys"
+ISSUER = "https://api.botframework.com"
+"""Who signs the tokens of the activities Teams posts."""
+SCOPE = "https://api.botframework.com/.default"
+ANSWER = "rousseau_answer"
+REFERENCES = "references"
+"""The state's key: {conversation: its service URL}, for messages the bot starts."""
+CONVERSATIONS = 1000
+_FAILURES = (aiohttp.ClientError, OSError, TimeoutError)
+_MENTION = re.compile(r"<at>[^<]*</at>", re.IGNORECASE)
+_TAGS = re.compile(r"<[^>]+>")
+
+
+class TeamsTransport:
+    name = "teams"
+    max_length = MAX_LENGTH
+    measure = staticmethod(len)
+    shares_connections = True
+    """Teams posts to one address: behind a balancer, every daemon of a cluster takes posts."""
+
+    def __init__(
+        self,
+        app_id: str,
+        app_password: str,
+        *,
+        listen: str,
+        tenant_id: str | None = None,
+        path: str = "/api/messages",
+        login_endpoint: str | None = None,
+        keys_url: str | None = None,
+    ) -> None:
+        self.app_id, self.app_password = app_id, app_password
+        self.tenant = tenant_id or "botframework.com"
+        self.login = (login_endpoint or LOGIN).rstrip("/")
+        self.validator = TokenValidator(
+            JwtValidationOptions(
+                valid_issuers=[ISSUER],
+                valid_audiences=[app_id, f"api://{app_id}", f"api://botid-{app_id}"],
+                jwks_uri=keys_url or KEYS,
+            )
+        )
+        self.state: KeyValue = MemoryKeyValue()
+        self.posts: Posts | None = Posts(
+            transport=self.name, listen=listen, path=path, take=self._take_post
+        )
+        self._handler: InboundHandler | None = None
+        self._token = ""
+        self._token_until = 0.0
+        self._token_lock = anyio.Lock()
+        self._clients: dict[str, ApiClient] = {}
+        self._stop = anyio.Event()
+
+    @property
+    def connected(self) -> bool:
+        return self._handler is not None
+
+    def bind_state(self, state: KeyValue) -> None:
+        self.state = state
+
+    # -- the app's token -----------------------------------------------------------------
+
+    async def _app_token(self) -> str:
+        """The app's token for the Bot Connector, from Entra (client credentials), kept
+        until five minutes before it expires."""
+        async with self._token_lock:
+            if self._token and time.monotonic() < self._token_until:
+                return self._token
+            form = {
+                "grant_type": "client_credentials",
+                "client_id": self.app_id,
+                "client_secret": self.app_password,
+                "scope": SCOPE,
+            }
+            address = f"{self.login}/{self.tenant}/oauth2/v2.0/token"
+            try:
+                async with (
+                    aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+                    session.post(address, data=form) as response,
+                ):
+                    said = await response.json(content_type=None)
+            except (*_FAILURES, ValueError) as exc:
+                raise TransportError(f"teams: cannot reach {self.login}: {exc}") from exc
+            if not isinstance(said, dict):
+                said = {"error": str(said)[:200]}
+            if response.status >= 400 or "access_token" not in said:
+                why = said.get("error_description") or said.get("error")
+                reason = str(why).splitlines()[0][:200]
+                if response.status in (400, 401) and said.get("error") in (
+                    "invalid_client",
+                    "unauthorized_client",
+                    "invalid_request",
+                ):
+                    raise TransportAuthError(
+                        f"teams.app_password: Entra refused the app's credentials ({reason}); "
+                        "set app_id, app_password (a client secret of the bot's app "
+                        "registration) and tenant_id"
+                    )
+                raise TransportError(f"teams: no token from {self.login}: {reason}")
+            self._token = str(said["access_token"])
+            self._token_until = time.monotonic() + float(said.get("expires_in", 3600)) - 300
+            return self._token
+
+    def _client(self, service_url: str) -> ApiClient:
+        """The SDK's connector client for one service URL (one per region, a handful)."""
+        client = self._clients.get(service_url)
+        if client is None:
+            with warnings.catch_warnings():  # it makes, itself, a client it has deprecated
+                warnings.simplefilter("ignore", DeprecationWarning)
+                client = ApiClient(service_url, ClientOptions(token=self._app_token))
+            self._clients[service_url] = client
+        return client
+
+    # -- activities posted by Teams ------------------------------------------------------
+
+    async def run(
+        self, handler: InboundHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._stop = anyio.Event()
+        await self._app_token()  # the credentials prove themselves first
+        self._handler = handler
+        log.info("teams.connected", app=self.app_id)
+        task_status.started()
+        try:
+            await self._stop.wait()  # the daemon's server takes the posts
+        finally:
+            self._handler = None
+
+    async def _verified(self, headers: Mapping[str, str], service_url: str) -> bool:
+        """Whether the post carries a token the Bot Framework signed for this app and this
+        activity's service URL. The SDK's validator fetches the keys with blocking urllib
+        (then keeps them): it runs in a worker thread."""
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            log.warning("teams.post_refused", reason="no bearer token")
+            return False
+        check = self.validator.validate_token(token, service_url=service_url)
+        try:
+            await anyio.to_thread.run_sync(asyncio.run, check)
+        except (jwt.InvalidTokenError, jwt.PyJWKClientError) as exc:
+            log.warning("teams.post_refused", reason=str(exc).splitlines()[0][:200])
+            return False
+        return True
+
+    async def _take_post(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        """One activity: 401 without the Bot Framework's token for it; 200 once it is
+        persisted (or is one to skip); 503 when it could not be."""
+        try:
+            activity = json.loads(body)
+            service_url = text(activity.get("serviceUrl"), "serviceUrl")
+        except (ValueError, AttributeError, Unreadable):
+            activity, service_url = None, ""
+        if not await self._verified(headers, service_url):
+            return 401, ""
+        handler = self._handler
+        if handler is None:
+            return 503, ""
+        try:
+            inbound = self._read(activity)
+        except (Unreadable, ValueError, TypeError, KeyError, AttributeError) as exc:
+            refuse(self, exc if isinstance(exc, Unreadable) else Unreadable(str(exc)))
+            return 200, ""
+        if inbound is None:
+            return 200, ""
+        try:
+            await self._remember(inbound.chat_id, service_url)
+            await handler(inbound)
+        except Exception as exc:
+            log.info("teams.post_retry", message=inbound.message_id, error=type(exc).__name__)
+            return 503, ""
+        return 200, ""
+
+    def _read(self, activity: Any) -> Inbound | None:
+        """An activity as the router takes it; None for one not to answer (a conversation
+        update, the bot's own, a reaction)."""
+        if not isinstance(activity, dict):
+            raise Unreadable("the activity is not an object")
+        if activity.get("type") != "message":
+            return None
+        sender = activity.get("from") or {}
+        conversation = activity.get("conversation") or {}
+        if sender.get("id") == (activity.get("recipient") or {}).get("id"):
+            return None
+        whole = ident(conversation.get("id"), "conversation.id")
+        chat, _, thread = whole.partition(";messageid=")
+        personal = conversation.get("conversationType", "personal") == "personal"
+        value = activity.get("value")
+        if isinstance(value, dict) and ANSWER in value:  # an answer card's button
+            said, mentioned = text(value[ANSWER], "answer"), True
+        else:
+            raw = text(activity.get("text"), "text")
+            said = _TAGS.sub("", _MENTION.sub("", raw)).replace("&nbsp;", " ").strip()
+            mentioned = personal or self._mentioned(activity)
+            if not said:
+                return None
+        who = sender.get("aadObjectId") or sender.get("id")
+        inbound = Inbound(
+            transport=self.name,
+            chat_id=chat,
+            sender_id=ident(who, "from.aadObjectId"),
+            message_id=ident(activity.get("id"), "id"),
+            text=said,
+            is_group=not personal,
+            mentioned=mentioned,
+            thread_id=None if personal else (thread or ident(activity.get("id"), "id")),
+            sender_name=text(sender.get("name"), "from.name"),
+            at=_seconds(activity.get("timestamp")),
+        )
+        return checked(inbound)
+
+    def _mentioned(self, activity: dict[str, Any]) -> bool:
+        """Whether the bot is among the activity's mentions."""
+        me = (activity.get("recipient") or {}).get("id")
+        return any(
+            e.get("type") == "mention"
+            and (e.get("mentioned") or {}).get("id") in (me, f"28:{self.app_id}")
+            for e in activity.get("entities") or []
+            if isinstance(e, dict)
+        )
+
+    async def _remember(self, chat: str, service_url: str) -> None:
+        """The conversation's service URL, for the messages the bot starts there later."""
+        known = json.loads(await self.state.get(REFERENCES) or "{}")
+        if known.get(chat) != service_url:
+            known.pop(chat, None)
+            known[chat] = service_url
+            while len(known) > CONVERSATIONS:
+                known.pop(next(iter(known)))
+            await self.state.set(REFERENCES, json.dumps(known))
+
+    async def _service_url(self, chat: str) -> str:
+        found = json.loads(await self.state.get(REFERENCES) or "{}").get(chat)
+        if not found:
+            raise TransportError(
+                f"teams: nothing is known of conversation {chat} yet (Teams tells the bot of "
+                "a conversation when someone writes there, or installs the app there)"
+            )
+        return str(found)
+
+    # -- replies -------------------------------------------------------------------------
+
+    @staticmethod
+    def _conversation(chat_id: str, thread_id: str | None) -> str:
+        return f"{chat_id};messageid={thread_id}" if thread_id else chat_id
+
+    async def preview(
+        self, chat_id: str, thread_id: str | None, text: str, *, message_id: str | None
+    ) -> str:
+        """A reply as it is written: sent, then the activity updated (see rousseau.streaming)."""
+        client = self._client(await self._service_url(chat_id))
+        conversation = self._conversation(chat_id, thread_id)
+        try:
+            if message_id is None:
+                sent = await client.conversations.create_activity(
+                    conversation, MessageActivityInput(text=text)
+                )
+                return str(sent.id)
+            await client.conversations.update_activity(
+                conversation, message_id, MessageActivityInput(text=text)
+            )
+            return message_id
+        except TransportError:
+            raise
+        except Exception as exc:
+            raise TransportError(f"teams: a preview failed: {_said(exc)}") from exc
+
+    async def send(self, message: Outbound) -> None:
+        client = self._client(await self._service_url(message.chat_id))
+        conversation = self._conversation(message.chat_id, message.thread_id)
+        said = message.text
+        if message.attachment is not None:  # file consent cards are not built yet
+            said = "\n".join(t for t in (said, message.attachment.stand_in()) if t)
+        activity = MessageActivityInput(text=said)
+        if message.buttons:
+            activity.add_attachments(_answers_card(said, message.buttons))
+        try:
+            if message.replaces is not None and not message.buttons:
+                try:
+                    await client.conversations.update_activity(
+                        conversation, message.replaces, activity
+                    )
+                    return
+                except TransportError:
+                    raise
+                except Exception:
+                    pass  # the preview is gone: sent anew
+            await client.conversations.create_activity(conversation, activity)
+        except TransportError:
+            raise
+        except Exception as exc:
+            raise TransportError(f"teams: sending failed: {_said(exc)}") from exc
+
+    async def typing(self, chat_id: str, thread_id: str | None) -> None:
+        client = self._client(await self._service_url(chat_id))
+        try:
+            await client.conversations.create_activity(
+                self._conversation(chat_id, thread_id), TypingActivityInput()
+            )
+        except TransportError:
+            raise
+        except Exception as exc:
+            raise TransportError(f"teams: typing failed: {_said(exc)}") from exc
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    async def check(self) -> str:
+        """The app's credentials exchanged for a Bot Connector token."""
+        await self._app_token()
+        return f"app {self.app_id}"
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:  # the SDK's client has no close of its own: its httpx one
+            await client.http.http.aclose()
+
+
+def _answers_card(said: str, buttons: tuple[str, ...]) -> Attachment:
+    """An Adaptive Card with a button per answer; a press posts `{ANSWER: label}` back."""
+    card = {
+        "type": "AdaptiveCard",
+        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+        "version": "1.4",
+        "body": [{"type": "TextBlock", "text": said[:2000], "wrap": True}],
+        "actions": [
+            {"type": "Action.Submit", "title": label[:80], "data": {ANSWER: label}}
+            for label in buttons
+        ],
+    }
+    return Attachment(content_type="application/vnd.microsoft.card.adaptive", content=card)
+
+
+def _seconds(stamp: Any) -> float:
+    if isinstance(stamp, str):
+        try:
+            return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return time.time()
+
+
+def _said(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]

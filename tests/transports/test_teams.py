@@ -1,0 +1,154 @@
+"""Teams beyond the conformance suite, against the fake Teams: a post without the Bot
+Framework's token for this bot (forged, expired, for another bot, from another issuer, for
+another service URL, or none) is refused and reaches nobody; approvals come as an Adaptive
+Card whose buttons answer; a conversation once seen can be written to later (cron, alerts);
+refused credentials name the setting."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from rousseau import web
+from rousseau.agent import ConfigError, TransportAuthError, TransportError
+from rousseau.messages import Inbound, Outbound
+from rousseau.transports.teams import TeamsTransport
+from tests.fakes.teams import APP_ID, CHANNEL, OWNER, PASSWORD, PERSONAL, FakeTeams
+from tests.helpers import build_from, free_port
+
+pytestmark = pytest.mark.anyio
+
+
+async def ignore(inbound: Inbound) -> None:
+    pass
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeTeams]:
+    server = FakeTeams().start()
+    yield server
+    server.stop()
+
+
+def transport_for(fake: FakeTeams, port: int, password: str = PASSWORD) -> TeamsTransport:
+    return TeamsTransport(
+        APP_ID,
+        password,
+        listen=f"127.0.0.1:{port}",
+        login_endpoint=fake.url,
+        keys_url=fake.keys_url,
+    )
+
+
+@asynccontextmanager
+async def receiving(transport: TeamsTransport, port: int) -> AsyncIterator[list[Inbound]]:
+    taken: list[Inbound] = []
+
+    async def handler(inbound: Inbound) -> None:
+        taken.append(inbound)
+
+    assert transport.posts is not None
+    listener = await web.listen(f"127.0.0.1:{port}", "teams")
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(web.serve_posts, [transport.posts], listener)
+        await tg.start(transport.run, handler)
+        yield taken
+        await transport.stop()
+        tg.cancel_scope.cancel()
+    await transport.aclose()
+
+
+async def test_only_the_bot_frameworks_tokens_for_this_bot_are_taken(fake: FakeTeams) -> None:
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/api/messages"
+    activity = fake.message(PERSONAL, OWNER, "let me in")
+    refusals = {
+        "forged": fake.token(forged=True),
+        "expired": fake.token(age=7200),
+        "another bot": fake.token(audience="99999999-0000-4000-8000-000000000000"),
+        "another issuer": fake.token(issuer="https://login.example.org"),
+        "another service": fake.token(service_url="https://elsewhere.example.org"),
+        "no token": "",
+        "garbage": "not.a.token",
+    }
+    with capture_logs() as logs:
+        async with receiving(transport_for(fake, port), port) as taken:
+            for why, token in refusals.items():
+                status = await anyio.to_thread.run_sync(fake.post, endpoint, activity, token)
+                assert status == 401, why
+            assert await anyio.to_thread.run_sync(fake.post, endpoint, activity) == 200
+    assert [i.text for i in taken] == ["let me in"]  # the refused posts reached nobody
+    assert len([e for e in logs if e["event"] == "teams.post_refused"]) == len(refusals)
+
+
+async def test_answers_come_as_a_card_and_a_press_as_a_message(fake: FakeTeams) -> None:
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/api/messages"
+    transport = transport_for(fake, port)
+    async with receiving(transport, port) as taken:
+        hello = fake.message(PERSONAL, OWNER, "hello")
+        assert await anyio.to_thread.run_sync(fake.post, endpoint, hello) == 200
+        question = Outbound(
+            transport="teams",
+            chat_id=PERSONAL,
+            text="Approve bash? [K7QD]",
+            buttons=("yes K7QD", "no K7QD"),
+        )
+        await transport.send(question)
+        [sent] = fake.messages()
+        [card] = sent.attachments
+        assert card["contentType"] == "application/vnd.microsoft.card.adaptive"
+        actions = card["content"]["actions"]
+        assert [a["title"] for a in actions] == ["yes K7QD", "no K7QD"]
+        press = fake.message(PERSONAL, OWNER, "", value=actions[0]["data"])
+        assert await anyio.to_thread.run_sync(fake.post, endpoint, press) == 200
+    assert [(i.text, i.sender_id) for i in taken] == [("hello", OWNER), ("yes K7QD", OWNER)]
+
+
+async def test_a_conversation_seen_once_is_written_to_later_and_in_its_thread(
+    fake: FakeTeams,
+) -> None:
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/api/messages"
+    transport = transport_for(fake, port)
+    with pytest.raises(TransportError, match="nothing is known of conversation"):
+        await transport.send(Outbound(transport="teams", chat_id=CHANNEL, text="too early"))
+    async with receiving(transport, port) as taken:
+        asked = fake.message(CHANNEL, OWNER, "what is up?", mention=True)
+        assert await anyio.to_thread.run_sync(fake.post, endpoint, asked) == 200
+        [inbound] = taken
+        assert inbound.text == "what is up?" and inbound.mentioned and inbound.is_group
+        reply = Outbound(
+            transport="teams", chat_id=inbound.chat_id, thread_id=inbound.thread_id, text="hi"
+        )
+        await transport.send(reply)
+        later = Outbound(transport="teams", chat_id=CHANNEL, text="the daily report")
+        await transport.send(later)  # as cron delivers: no message to answer
+    first, second = fake.messages()
+    assert (first.chat, first.thread, first.text) == (CHANNEL, asked["id"], "hi")
+    assert (second.chat, second.thread, second.text) == (CHANNEL, None, "the daily report")
+
+
+async def test_refused_credentials_name_the_setting(fake: FakeTeams) -> None:
+    transport = transport_for(fake, free_port(), password="wrong")
+    with pytest.raises(TransportAuthError, match=r"^teams\.app_password: Entra refused"):
+        await transport.check()
+    with pytest.raises(TransportAuthError, match=r"^teams\.app_password"):
+        await transport.run(ignore)
+    assert await transport_for(fake, free_port()).check() == f"app {APP_ID}"
+
+
+def test_a_section_without_what_it_needs_names_the_key(tmp_path: Path) -> None:
+    from rousseau.cli.doctor import SENDER_SHAPES
+
+    with pytest.raises(ConfigError, match=r"^teams\.app_id: not set"):
+        build_from(tmp_path, "teams:\n  app_password: x\n")
+    with pytest.raises(ConfigError, match=r"^teams\.app_password: not set; set it or TEAMS_APP"):
+        build_from(tmp_path, f"teams:\n  app_id: {APP_ID}\n")
+    shape, _ = SENDER_SHAPES["teams"]
+    assert shape.match(OWNER) and not shape.match("alice@example.org")
