@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rousseau.agent import Provider
@@ -59,6 +59,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def receiving_posts(transport: Any, port: int) -> AsyncIterator[list[Inbound]]:
+    """A transport that takes posts running, its route served on `port` as the daemon serves
+    it; the messages it takes, in order."""
+    import anyio
+
+    from rousseau import web
+
+    taken: list[Inbound] = []
+
+    async def handler(inbound: Inbound) -> None:
+        taken.append(inbound)
+
+    assert transport.posts is not None
+    listener = await web.listen(f"127.0.0.1:{port}", transport.name)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(web.serve_posts, [transport.posts], listener)
+        await tg.start(transport.run, handler)
+        yield taken
+        await transport.stop()
+        tg.cancel_scope.cancel()
+    await transport.aclose()
 
 
 def build_from(tmp: Path, text: str) -> None:

@@ -11,8 +11,6 @@ import datetime
 import itertools
 import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from tests.fakes.aio import AioServer
+from tests.fakes.aio import AioServer, post_signed
 
 PROJECT = "123456789012"
 """The app's project number: the audience of the tokens Chat signs."""
@@ -146,24 +144,8 @@ class FakeGoogleChat(AioServer):
         return google.auth.jwt.encode(signer, claims).decode()
 
     def post(self, url: str, event: dict[str, Any], token: str | None = None) -> int:
-        """`event` posted to the app as Chat posts it; the status it answered (0: nothing
-        listens there yet)."""
-        request = urllib.request.Request(
-            url,
-            data=json.dumps(event).encode(),
-            headers={
-                "Content-Type": "application/json",
-                "Authorization": f"Bearer {token if token is not None else self.token()}",
-            },
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=20) as answer:
-                return int(answer.status)
-        except urllib.error.HTTPError as refused:
-            refused.close()
-            return int(refused.code)
-        except urllib.error.URLError:
-            return 0
+        """`event` posted to the app as Chat posts it; the status (0: no one there)."""
+        return post_signed(url, event, self.token() if token is None else token)
 
     def message(
         self,

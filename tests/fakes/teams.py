@@ -10,10 +10,7 @@ from __future__ import annotations
 import base64
 import datetime
 import itertools
-import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +18,7 @@ import jwt
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.fakes.aio import AioServer
+from tests.fakes.aio import AioServer, post_signed
 
 APP_ID = "00000000-0000-4000-8000-00000000b07a"
 PASSWORD = "teams-client-secret"
@@ -108,22 +105,7 @@ class FakeTeams(AioServer):
 
     def post(self, endpoint: str, activity: dict[str, Any], token: str | None = None) -> int:
         """`activity` posted to the bot as Teams posts it; the status (0: no one there)."""
-        request = urllib.request.Request(
-            endpoint,
-            data=json.dumps(activity).encode(),
-            headers={
-                "Content-Type": "application/json",
-                "Authorization": f"Bearer {token if token is not None else self.token()}",
-            },
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=20) as answer:
-                return int(answer.status)
-        except urllib.error.HTTPError as refused:
-            refused.close()
-            return int(refused.code)
-        except urllib.error.URLError:
-            return 0
+        return post_signed(endpoint, activity, self.token() if token is None else token)
 
     def message(
         self,

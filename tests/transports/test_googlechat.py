@@ -6,8 +6,7 @@ message's thread; a malformed event is skipped; a refused key names the setting.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -15,12 +14,11 @@ import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau import web
 from rousseau.agent import ConfigError, TransportAuthError
 from rousseau.messages import Inbound, Outbound
 from rousseau.transports.googlechat import GoogleChatTransport
 from tests.fakes.googlechat import APP, DM_SPACE, OWNER, PROJECT, ROOM, FakeGoogleChat
-from tests.helpers import build_from, free_port
+from tests.helpers import build_from, free_port, receiving_posts
 
 pytestmark = pytest.mark.anyio
 
@@ -46,25 +44,6 @@ def transport_for(fake: FakeGoogleChat, folder: Path, port: int) -> GoogleChatTr
     )
 
 
-@asynccontextmanager
-async def receiving(transport: GoogleChatTransport, port: int) -> AsyncIterator[list[Inbound]]:
-    """The transport running, its posts served as the daemon serves them; what it takes."""
-    taken: list[Inbound] = []
-
-    async def handler(inbound: Inbound) -> None:
-        taken.append(inbound)
-
-    assert transport.posts is not None
-    listener = await web.listen(f"127.0.0.1:{port}", "googlechat")
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(web.serve_posts, [transport.posts], listener)
-        await tg.start(transport.run, handler)
-        yield taken
-        await transport.stop()
-        tg.cancel_scope.cancel()
-    await transport.aclose()
-
-
 async def test_only_chats_own_tokens_for_this_app_are_taken(
     fake: FakeGoogleChat, tmp_path: Path
 ) -> None:
@@ -80,7 +59,7 @@ async def test_only_chats_own_tokens_for_this_app_are_taken(
         "garbage": "not.a.token",
     }
     with capture_logs() as logs:
-        async with receiving(transport_for(fake, tmp_path, port), port) as taken:
+        async with receiving_posts(transport_for(fake, tmp_path, port), port) as taken:
             for why, token in refusals.items():
                 status = await anyio.to_thread.run_sync(fake.post, url, event, token)
                 assert status == 401, why
@@ -94,7 +73,7 @@ async def test_answers_come_as_buttons_and_a_click_as_a_message(
 ) -> None:
     port = free_port()
     transport = transport_for(fake, tmp_path, port)
-    async with receiving(transport, port) as taken:
+    async with receiving_posts(transport, port) as taken:
         question = Outbound(
             transport="googlechat",
             chat_id=DM_SPACE,
@@ -122,7 +101,7 @@ async def test_in_a_space_the_answer_stays_in_the_thread_and_bad_events_are_skip
     transport = transport_for(fake, tmp_path, port)
     asked = fake.message(ROOM, OWNER, "what is up?", mention=True)
     with capture_logs() as logs:
-        async with receiving(transport, port) as taken:
+        async with receiving_posts(transport, port) as taken:
             for bad in ([1, 2], {"type": "MESSAGE", "message": {"name": 7}}, {"type": "MESSAGE"}):
                 assert await anyio.to_thread.run_sync(fake.post, url, bad) == 200  # not again
             assert await anyio.to_thread.run_sync(fake.post, url, asked) == 200

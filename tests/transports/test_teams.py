@@ -6,20 +6,18 @@ refused credentials name the setting."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau import web
 from rousseau.agent import ConfigError, TransportAuthError, TransportError
 from rousseau.messages import Inbound, Outbound
 from rousseau.transports.teams import TeamsTransport
 from tests.fakes.teams import APP_ID, CHANNEL, OWNER, PASSWORD, PERSONAL, FakeTeams
-from tests.helpers import build_from, free_port
+from tests.helpers import build_from, free_port, receiving_posts
 
 pytestmark = pytest.mark.anyio
 
@@ -45,24 +43,6 @@ def transport_for(fake: FakeTeams, port: int, password: str = PASSWORD) -> Teams
     )
 
 
-@asynccontextmanager
-async def receiving(transport: TeamsTransport, port: int) -> AsyncIterator[list[Inbound]]:
-    taken: list[Inbound] = []
-
-    async def handler(inbound: Inbound) -> None:
-        taken.append(inbound)
-
-    assert transport.posts is not None
-    listener = await web.listen(f"127.0.0.1:{port}", "teams")
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(web.serve_posts, [transport.posts], listener)
-        await tg.start(transport.run, handler)
-        yield taken
-        await transport.stop()
-        tg.cancel_scope.cancel()
-    await transport.aclose()
-
-
 async def test_only_the_bot_frameworks_tokens_for_this_bot_are_taken(fake: FakeTeams) -> None:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}/api/messages"
@@ -77,7 +57,7 @@ async def test_only_the_bot_frameworks_tokens_for_this_bot_are_taken(fake: FakeT
         "garbage": "not.a.token",
     }
     with capture_logs() as logs:
-        async with receiving(transport_for(fake, port), port) as taken:
+        async with receiving_posts(transport_for(fake, port), port) as taken:
             for why, token in refusals.items():
                 status = await anyio.to_thread.run_sync(fake.post, endpoint, activity, token)
                 assert status == 401, why
@@ -90,7 +70,7 @@ async def test_answers_come_as_a_card_and_a_press_as_a_message(fake: FakeTeams) 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}/api/messages"
     transport = transport_for(fake, port)
-    async with receiving(transport, port) as taken:
+    async with receiving_posts(transport, port) as taken:
         hello = fake.message(PERSONAL, OWNER, "hello")
         assert await anyio.to_thread.run_sync(fake.post, endpoint, hello) == 200
         question = Outbound(
@@ -118,7 +98,7 @@ async def test_a_conversation_seen_once_is_written_to_later_and_in_its_thread(
     transport = transport_for(fake, port)
     with pytest.raises(TransportError, match="nothing is known of conversation"):
         await transport.send(Outbound(transport="teams", chat_id=CHANNEL, text="too early"))
-    async with receiving(transport, port) as taken:
+    async with receiving_posts(transport, port) as taken:
         asked = fake.message(CHANNEL, OWNER, "what is up?", mention=True)
         assert await anyio.to_thread.run_sync(fake.post, endpoint, asked) == 200
         [inbound] = taken
