@@ -160,3 +160,24 @@ def test_the_doctor_knows_a_chat_user() -> None:
 
     shape, _ = SENDER_SHAPES["googlechat"]
     assert shape.match(OWNER) and not shape.match("alice@example.org")
+
+
+async def test_the_fake_speaks_the_documented_wire(fake: FakeGoogleChat, tmp_path: Path) -> None:
+    """The fake itself, by plain HTTP (no rousseau code): Google's error body without a
+    token, an invalid_grant for an assertion not signed by the key, Chat's certificates, and
+    a token of Chat's that verifies against them."""
+    import aiohttp
+    import google.auth.jwt
+
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{fake.url}/v1/{DM_SPACE}/messages", json={"text": "x"}) as r:
+            error = (await r.json())["error"]
+            assert r.status == 401 and error["status"] == "UNAUTHENTICATED"
+        grant = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": "x.y.z"}
+        async with http.post(f"{fake.url}/token", data=grant) as r:
+            assert r.status == 400 and (await r.json())["error"] == "invalid_grant"
+        async with http.get(f"{fake.url}/certs") as r:
+            certs = await r.json()
+    assert all(pem.startswith("-----BEGIN CERTIFICATE-----") for pem in certs.values())
+    claims = google.auth.jwt.decode(fake.token(), certs=certs, audience=PROJECT)
+    assert claims["iss"] == "chat@system.gserviceaccount.com"

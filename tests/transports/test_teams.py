@@ -132,3 +132,36 @@ def test_a_section_without_what_it_needs_names_the_key(tmp_path: Path) -> None:
         build_from(tmp_path, f"teams:\n  app_id: {APP_ID}\n")
     shape, _ = SENDER_SHAPES["teams"]
     assert shape.match(OWNER) and not shape.match("alice@example.org")
+
+
+async def test_the_fake_speaks_the_documented_wire(fake: FakeTeams) -> None:
+    """The fake itself, by plain HTTP (no rousseau code): Entra's error body for a wrong
+    secret, a token for the right one, the Bot Connector's 401 without it, the JWKS with
+    the msteams endorsement, and a token that verifies against that JWKS."""
+    import aiohttp
+    import jwt
+
+    form = {
+        "grant_type": "client_credentials",
+        "client_id": APP_ID,
+        "client_secret": "wrong",
+        "scope": "https://api.botframework.com/.default",
+    }
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{fake.url}/tenant/oauth2/v2.0/token", data=form) as r:
+            error = await r.json()
+            assert r.status == 401 and error["error"] == "invalid_client"
+            assert error["error_description"].startswith("AADSTS7000215")
+        async with http.post(
+            f"{fake.url}/tenant/oauth2/v2.0/token", data={**form, "client_secret": PASSWORD}
+        ) as r:
+            granted = await r.json()
+            assert granted["token_type"] == "Bearer" and granted["expires_in"] > 0
+        async with http.post(f"{fake.url}/v3/conversations/x/activities", json={}) as r:
+            assert r.status == 401
+        async with http.get(fake.keys_url) as r:
+            [key] = (await r.json())["keys"]
+    assert key["kty"] == "RSA" and "msteams" in key["endorsements"]
+    signing = jwt.PyJWK(key).key
+    claims = jwt.decode(fake.token(), signing, algorithms=["RS256"], audience=APP_ID)
+    assert claims["iss"] == "https://api.botframework.com" and claims["serviceurl"] == fake.url
