@@ -410,3 +410,58 @@ def test_add_mattermost_checks_the_token_and_writes_its_section(
         assert config.mattermost.allowlist == [MM_OWNER]
     finally:
         fake.stop()
+
+
+def test_teams_serves_its_endpoint_while_it_waits_and_admits_the_first_message(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A platform that posts to the daemon: `init` serves the messaging endpoint while it
+    waits for the owner's first message, as `run` will."""
+    from tests.fakes.teams import APP_ID, OWNER, PASSWORD, PERSONAL, TENANT, FakeTeams
+    from tests.helpers import free_port
+
+    fake = FakeTeams().start()
+    try:
+        env |= {
+            "ROUSSEAU_TEAMS_LOGIN_ENDPOINT": fake.url,
+            "ROUSSEAU_TEAMS_KEYS_URL": fake.keys_url,
+        }
+        port = free_port()
+        term = start_init(env)
+        term.expect("Choose [telegram]: ")
+        term.type("teams")
+        term.expect("The bot's Microsoft App ID: ")
+        term.type(APP_ID)
+        term.expect("The client secret (input hidden): ")
+        term.type("wrong")
+        term.expect("The tenant id: ")
+        term.type(TENANT)
+        term.expect("(host:port) [127.0.0.1:3978]: ")
+        term.type(f"127.0.0.1:{port}")
+        term.expect("FAIL  teams.app_password: Entra refused the app's credentials")
+        term.expect(f"The bot's Microsoft App ID [{APP_ID}]: ")  # asked again, kept
+        term.type("")
+        term.expect("The client secret (input hidden): ")
+        term.type(PASSWORD)
+        term.expect(f"The tenant id [{TENANT}]: ")
+        term.type("")
+        term.expect(f"(host:port) [127.0.0.1:{port}]: ")
+        term.type("")
+        term.expect("ok    teams: ")
+        term.expect("Waiting up to 300 s")
+        endpoint = f"http://127.0.0.1:{port}/api/messages"
+        deadline = time.monotonic() + 30
+        while fake.post(endpoint, fake.message(PERSONAL, OWNER, "it's me")) != 200:
+            assert time.monotonic() < deadline, term.output
+            time.sleep(0.2)
+        term.expect(f"({OWNER})")
+        term.expect("Admit them as the owner? [Y/n] ")
+        term.type("y")
+        term.expect("wrote")
+        assert term.exit_code() == 0, term.output
+        assert PASSWORD not in term.output
+        config = load_config(str(written(tmp_path)), {"TEAMS_APP_PASSWORD": PASSWORD})
+        assert config.teams is not None and config.teams.allowlist == [OWNER]
+        assert config.teams.listen == f"127.0.0.1:{port}"
+    finally:
+        fake.stop()

@@ -36,6 +36,7 @@ TRANSPORT_LABELS = {
 }
 _INIT_TRANSPORTS = [
     *("telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email", "mattermost"),
+    *("googlechat", "teams"),
 ]
 """The transports `rousseau init` sets up."""
 

@@ -208,9 +208,10 @@ def _ask_platform() -> str:
     offered["none"] = ("", "none for now: `rousseau chat` here, or the web chat")
     names = list(offered)
     print("\nWhere will people talk to it?")
+    width = max(map(len, offered)) + 2
     for number, (name, (module, label)) in enumerate(offered.items(), 1):
         absent = " (not installed)" if module and missing_sdk(module, name) else ""
-        print(f"  {number}) {name:<10}{label}{absent}")
+        print(f"  {number:>2}) {name:<{width}}{label}{absent}")
     while True:
         answer = input("Choose [telegram]: ").strip().lower() or "telegram"
         if answer.isdigit() and 1 <= int(answer) <= len(names):

@@ -211,6 +211,65 @@ PLATFORMS: dict[str, Platform] = {
             "Now send {me} a direct message from your own Mattermost account.",
         ),
         Platform(
+            "googlechat",
+            "a Google Chat app (an HTTP endpoint)",
+            "google.auth",
+            "Google Chat: in the Google Cloud console enable the Chat API; make a service\n"
+            "account and a JSON key for it; in the Chat API's Configuration set the app's\n"
+            "HTTP endpoint URL (your public HTTPS address, ending in /googlechat, in front of\n"
+            "the address asked below) and note the authentication audience (the project\n"
+            "number).",
+            (
+                Ask(
+                    "credentials_file",
+                    "The service account's JSON key file",
+                    "The service account's JSON key.",
+                ),
+                Ask(
+                    "audience",
+                    "The app's authentication audience (project number or endpoint URL)",
+                    "What Chat's tokens are for: the project number, or the endpoint's URL.",
+                ),
+                Ask(
+                    "listen",
+                    "Where this daemon takes Chat's posts (host:port)",
+                    "Where this daemon takes Chat's posts, behind the public HTTPS address.",
+                    default="127.0.0.1:8095",
+                ),
+            ),
+            ("path", "api_base", "certs_url"),
+            "Now send {me} a direct message in Google Chat (find the app under + > Apps).",
+        ),
+        Platform(
+            "teams",
+            "a Microsoft Teams bot (Azure Bot)",
+            "microsoft_teams",
+            "Teams: in the Azure portal create an Azure Bot (single tenant); copy its\n"
+            "Microsoft App ID and tenant, and make a client secret (Configuration > Manage\n"
+            "Password). Set its messaging endpoint to your public HTTPS address ending in\n"
+            "/api/messages (in front of the address asked below), add the Microsoft Teams\n"
+            "channel, and install the app in Teams.",
+            (
+                Ask("app_id", "The bot's Microsoft App ID", "The bot's Microsoft App ID."),
+                Ask(
+                    "app_password",
+                    "The client secret",
+                    "A client secret of the bot's app registration (or TEAMS_APP_PASSWORD).",
+                    "TEAMS_APP_PASSWORD",
+                    secret=True,
+                ),
+                Ask("tenant_id", "The tenant id", "The bot's Entra tenant."),
+                Ask(
+                    "listen",
+                    "Where this daemon takes Teams' posts (host:port)",
+                    "Where this daemon takes Teams' posts, behind the messaging endpoint.",
+                    default="127.0.0.1:3978",
+                ),
+            ),
+            ("path", "login_endpoint", "keys_url"),
+            "Now send {me} a message in a personal chat in Teams.",
+        ),
+        Platform(
             "email",
             "a mailbox (IMAP and SMTP)",
             "imapclient",
@@ -470,8 +529,10 @@ def _admitted(transport: Transport, wait: float) -> Inbound | None:
     was declined is not lost to a reconnection."""
     import anyio
 
+    from rousseau import web
     from rousseau.agent import RousseauError
     from rousseau.messages import Inbound
+    from rousseau.transports.abilities import Abilities
 
     async def listen() -> Inbound | None:
         send, receive = anyio.create_memory_object_stream[Inbound](64)
@@ -494,10 +555,18 @@ def _admitted(transport: Transport, wait: float) -> Inbound | None:
                         return
                 print("Not admitted. Waiting for another message...", flush=True)
 
-        with anyio.move_on_after(wait), send, receive:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(ask, tg.cancel_scope)
-                await transport.run(take)
+        posts = Abilities.of(transport).posts  # a platform that posts: served meanwhile
+        listener = await web.listen(posts.listen, posts.transport) if posts else None
+        try:
+            with anyio.move_on_after(wait), send, receive:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ask, tg.cancel_scope)
+                    if posts is not None and listener is not None:
+                        tg.start_soon(web.serve_posts, [posts], listener)
+                    await transport.run(take)
+        finally:
+            if listener is not None:
+                await listener.aclose()
         return admitted[0] if admitted else None
 
     try:
