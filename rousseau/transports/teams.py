@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import json
 import re
 import time
@@ -27,12 +28,16 @@ import structlog
 from anyio.abc import TaskStatus
 
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
+from rousseau.media import Download, Incoming, MediaIntake, media_type_of
+from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.abilities import Posts
+from rousseau.transports.base import Throttled, take_files
 from rousseau.transports.unreadable import Unreadable, checked, ident, refuse, text
 
 try:
     import aiohttp
+    import httpx
     import jwt
     from microsoft_teams.api.activities.message import MessageActivityInput
     from microsoft_teams.api.activities.typing import TypingActivityInput
@@ -59,6 +64,8 @@ ISSUER = "https://api.botframework.com"
 """Who signs the tokens of the activities Teams posts."""
 SCOPE = "https://api.botframework.com/.default"
 ANSWER = "rousseau_answer"
+FILE_INFO = "application/vnd.microsoft.teams.file.download.info"
+"""A file sent in a personal chat: its content has a download address of its own."""
 REFERENCES = "references"
 """The state's key: {conversation: its service URL}, for messages the bot starts."""
 CONVERSATIONS = 1000
@@ -96,6 +103,7 @@ class TeamsTransport:
             )
         )
         self.state: KeyValue = MemoryKeyValue()
+        self.media: MediaIntake | None = None
         self.posts: Posts | None = Posts(
             transport=self.name, listen=listen, path=path, take=self._take_post
         )
@@ -112,6 +120,9 @@ class TeamsTransport:
 
     def bind_state(self, state: KeyValue) -> None:
         self.state = state
+
+    def bind_media(self, media: MediaIntake) -> None:
+        self.media = media
 
     # -- the app's token -----------------------------------------------------------------
 
@@ -212,6 +223,7 @@ class TeamsTransport:
             return 503, ""
         try:
             inbound = self._read(activity)
+            files = self._files(activity) if inbound is not None else []
         except (Unreadable, ValueError, TypeError, KeyError, AttributeError) as exc:
             refuse(self, exc if isinstance(exc, Unreadable) else Unreadable(str(exc)))
             return 200, ""
@@ -219,6 +231,7 @@ class TeamsTransport:
             return 200, ""
         try:
             await self._remember(inbound.chat_id, service_url)
+            inbound = await take_files(inbound, self.media, files, unavailable=(TransportError,))
             await handler(inbound)
         except Exception as exc:
             log.info("teams.post_retry", message=inbound.message_id, error=type(exc).__name__)
@@ -246,7 +259,7 @@ class TeamsTransport:
             raw = text(activity.get("text"), "text")
             said = _TAGS.sub("", _MENTION.sub("", raw)).replace("&nbsp;", " ").strip()
             mentioned = personal or self._mentioned(activity)
-            if not said:
+            if not said and not self._files(activity):
                 return None
         who = sender.get("aadObjectId") or sender.get("id")
         inbound = Inbound(
@@ -262,6 +275,29 @@ class TeamsTransport:
             at=_seconds(activity.get("timestamp")),
         )
         return checked(inbound)
+
+    def _files(self, activity: dict[str, Any]) -> list[Incoming]:
+        """The files sent in a personal chat, each with its own download address (a
+        pre-authorised link); inline images and cards are not files here."""
+        if self.media is None:
+            return []
+        found = []
+        for one in activity.get("attachments") or []:
+            if not isinstance(one, dict) or one.get("contentType") != FILE_INFO:
+                continue
+            name = text(one.get("name") or "file", "attachment name")
+            address = text((one.get("content") or {}).get("downloadUrl"), "downloadUrl")
+            media_type = media_type_of(name=name)
+            found.append(
+                Incoming(
+                    name=name,
+                    media_type=media_type,
+                    size=None,
+                    fetch=functools.partial(_download, address),
+                    voice=media_type.startswith("audio/"),  # a recording: its words wanted
+                )
+            )
+        return found
 
     def _mentioned(self, activity: dict[str, Any]) -> bool:
         """Whether the bot is among the activity's mentions."""
@@ -316,6 +352,8 @@ class TeamsTransport:
             return message_id
         except TransportError:
             raise
+        except httpx.HTTPStatusError as exc:
+            raise _refused(exc, "a preview failed") from exc
         except Exception as exc:
             raise TransportError(f"teams: a preview failed: {_said(exc)}") from exc
 
@@ -339,11 +377,27 @@ class TeamsTransport:
                     raise
                 except Exception:
                     pass  # the preview is gone: sent anew
-            await client.conversations.create_activity(conversation, activity)
+            await self._create(client, conversation, activity)
         except TransportError:
             raise
         except Exception as exc:
             raise TransportError(f"teams: sending failed: {_said(exc)}") from exc
+
+    async def _create(self, client: ApiClient, conversation: str, activity: Any) -> None:
+        """The activity sent; a 429 waited out (as the Connector asks) twice at most."""
+        for attempt in range(3):
+            try:
+                await client.conversations.create_activity(conversation, activity)
+                return
+            except httpx.HTTPStatusError as exc:
+                refused = _refused(exc, "sending failed")
+                if not isinstance(refused, Throttled) or attempt == 2:
+                    raise (
+                        refused
+                        if isinstance(refused, TransportError)
+                        else TransportError(f"teams: throttled ({refused})")
+                    ) from exc
+                await anyio.sleep(min(refused.retry_after, 30))
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         client = self._client(await self._service_url(chat_id))
@@ -370,6 +424,21 @@ class TeamsTransport:
             await client.http.http.aclose()
 
 
+async def _download(address: str, into: Download) -> None:
+    """A file by its pre-authorised address (no token goes with it)."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session,
+            session.get(address) as response,
+        ):
+            if response.status >= 400:
+                raise TransportError(f"teams: a file: {response.status}")
+            into.declared(response.content_length)
+            await into.write_all(response.content.iter_chunked(CHUNK))
+    except _FAILURES as exc:
+        raise TransportError(f"teams: a file: {exc}") from exc
+
+
 def _answers_card(said: str, buttons: tuple[str, ...]) -> Attachment:
     """An Adaptive Card with a button per answer; a press posts `{ANSWER: label}` back."""
     card = {
@@ -392,6 +461,18 @@ def _seconds(stamp: Any) -> float:
         except ValueError:
             pass
     return time.time()
+
+
+def _refused(exc: httpx.HTTPStatusError, doing: str) -> TransportError | Throttled:
+    """The Connector's refusal: Throttled for a 429 (its Retry-After), else a TransportError
+    with the status."""
+    status = exc.response.status_code
+    if status == 429:
+        try:
+            return Throttled(float(exc.response.headers.get("Retry-After", "1")))
+        except ValueError:
+            return Throttled(1.0)
+    return TransportError(f"teams: {doing}: the Bot Connector answered {status}")
 
 
 def _said(exc: BaseException) -> str:

@@ -67,6 +67,9 @@ class FakeTeams(AioServer):
         self.posted: list[Posted] = []
         self.tokens: set[str] = set()
         self.grants = 0
+        self.limited = 0
+        """How many of the next Connector calls to answer 429."""
+        self.files: dict[str, tuple[bytes, str]] = {}
         self._ids = itertools.count(1)
 
     def routes(self, app: web.Application) -> None:
@@ -74,6 +77,7 @@ class FakeTeams(AioServer):
         app.router.add_get("/keys", self._keys)
         app.router.add_post("/v3/conversations/{conversation}/activities", self._create)
         app.router.add_put("/v3/conversations/{conversation}/activities/{id}", self._update)
+        app.router.add_get("/download/{id}", self._download)
 
     @property
     def keys_url(self) -> str:
@@ -117,6 +121,7 @@ class FakeTeams(AioServer):
         before: str = "",
         value: dict[str, Any] | None = None,
         bot: bool = False,
+        files: list[tuple[str, bytes]] = (),  # type: ignore[assignment]
     ) -> dict[str, Any]:
         """A message activity from `user` in `conversation` (mentioning the bot: <at> in the
         text and a mention entity, as Teams writes them)."""
@@ -156,6 +161,24 @@ class FakeTeams(AioServer):
         if value is not None:
             activity["value"] = value
             activity["text"] = ""
+        attachments = []
+        for name, data in files:  # as a personal chat's upload arrives: a download link
+            file_id = f"file-{number}-{len(attachments)}"
+            self.files[file_id] = (data, name)
+            attachments.append(
+                {
+                    "contentType": "application/vnd.microsoft.teams.file.download.info",
+                    "contentUrl": f"https://contoso.sharepoint.com/personal/{name}",
+                    "name": name,
+                    "content": {
+                        "downloadUrl": f"{self.url}/download/{file_id}?tempauth=x",
+                        "uniqueId": file_id,
+                        "fileType": name.rpartition(".")[2],
+                    },
+                }
+            )
+        if attachments:
+            activity["attachments"] = attachments
         return activity
 
     # -- Microsoft --------------------------------------------------------------------
@@ -201,6 +224,13 @@ class FakeTeams(AioServer):
             return web.json_response(
                 {"message": "Authorization has been denied for this request."}, status=401
             )
+        if self.limited > 0:
+            self.limited -= 1
+            return web.json_response(
+                {"error": {"code": "TooManyRequests", "message": "Too many requests"}},
+                status=429,
+                headers={"Retry-After": "1"},
+            )
         return None
 
     async def _create(self, request: web.Request) -> web.Response:
@@ -227,6 +257,12 @@ class FakeTeams(AioServer):
             )
         found.edits.append((time.time(), (await request.json()).get("text") or ""))
         return web.json_response({"id": found.id})
+
+    async def _download(self, request: web.Request) -> web.Response:
+        found = self.files.get(request.match_info["id"])
+        if found is None or "tempauth" not in request.query:
+            return web.Response(status=404)
+        return web.Response(body=found[0], content_type="application/octet-stream")
 
     def messages(self) -> list[Posted]:
         return [p for p in self.posted if p.kind == "message"]

@@ -18,7 +18,7 @@ from tests.fakes.teams import (
     FakeTeams,
 )
 from tests.helpers import free_port
-from tests.transports.conformance import Delivered
+from tests.transports.conformance import Delivered, DeliveredFile, File
 
 
 class TeamsHarness:
@@ -32,7 +32,7 @@ class TeamsHarness:
     cannot: ClassVar[dict[str, str]] = {
         "drop_connection": "Teams posts each activity: there is no connection to drop",
     }
-    no_files = "files in Teams go through file consent cards and OneDrive, not built yet"
+    no_files_out = "a bot sends files through file consent cards and OneDrive, not built yet"
 
     def __init__(self) -> None:
         self.fake = FakeTeams().start()
@@ -59,6 +59,13 @@ class TeamsHarness:
             self._post(self.fake.message(STRANGER_CHAT, STRANGER, text))
         else:
             self._post(self.fake.message(PERSONAL, OWNER, text))
+
+    def dm_file(self, text: str, file: File, *, sender: str | None = None) -> None:
+        chat, who = (STRANGER_CHAT, STRANGER) if sender == self.stranger else (PERSONAL, OWNER)
+        self._post(self.fake.message(chat, who, text, files=[(file.name, file.data)]))
+
+    def files_delivered(self) -> list[DeliveredFile]:
+        return []  # see no_files_out
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._post(self.fake.message(CHANNEL, OWNER, text, mention=mentioned))

@@ -165,3 +165,15 @@ async def test_the_fake_speaks_the_documented_wire(fake: FakeTeams) -> None:
     signing = jwt.PyJWK(key).key
     claims = jwt.decode(fake.token(), signing, algorithms=["RS256"], audience=APP_ID)
     assert claims["iss"] == "https://api.botframework.com" and claims["serviceurl"] == fake.url
+
+
+async def test_a_429_from_the_connector_is_waited_out(fake: FakeTeams) -> None:
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/api/messages"
+    transport = transport_for(fake, port)
+    async with receiving_posts(transport, port):
+        hello = fake.message(PERSONAL, OWNER, "hello")
+        assert await anyio.to_thread.run_sync(fake.post, endpoint, hello) == 200
+        fake.limited = 1
+        await transport.send(Outbound(transport="teams", chat_id=PERSONAL, text="hi"))
+    assert [p.text for p in fake.messages()] == ["hi"] and fake.limited == 0
