@@ -4,8 +4,8 @@ A thin client of our own: the Python driver (mattermostdriver) makes its REST ca
 requests, which would block the event loop, and has had no release since 2022; the official
 clients are Go and JavaScript. What the bot needs is a dozen documented calls.
 
-Direct and group messages are answered; in channels a post that @-mentions the bot (or
-replies in a thread it started) is, and the answer goes in the post's thread. A reply is shown
+Direct and group messages are answered; in channels a post that @-mentions the bot is, and
+the answer goes in the post's thread. A reply is shown
 as it is written by editing one post; files come in through the media intake and go out as
 uploads. A dropped stream ends `run` with a TransportError (the supervisor reconnects with
 backoff); on the way back, the posts missed in the channels the bot has talked in are fetched
@@ -61,6 +61,8 @@ BOT = ("true", True)
 """`props.from_bot` of a bot's post (a string in posts, a boolean in some plugins')."""
 EMOJI_NAME = re.compile(r"[a-z0-9_+-]{1,64}")
 _FAILURES = (aiohttp.ClientError, OSError, TimeoutError)
+_UNREADABLE = (Unreadable, ValueError, TypeError, KeyError, AttributeError)
+"""What reading an event of the wrong shape raises (recorded and skipped, never a restart)."""
 _TOKEN = (
     "mattermost.token: the server refused it ({status}); use a bot account's access token "
     "(System Console > Integrations > Bot Accounts) or a personal access token"
@@ -90,6 +92,8 @@ class MattermostTransport:
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._me = ""
         self._username = ""
+        self._seen: dict[str, float] = {}
+        """Channel id -> the create_at of the last post taken there."""
         self._kinds: OrderedDict[str, str] = OrderedDict()
         """Channel id -> its type (D direct, G group, O open, P private), most recent last."""
         self._stop = anyio.Event()
@@ -200,8 +204,9 @@ class MattermostTransport:
                 self._remember(ident(post.get("channel_id"), "channel_id"), kind)
             mentions = _parsed(text(data.get("mentions"), "mentions") or "[]", "mentions")
             mentioned = isinstance(mentions, list) and self._me in mentions
-            read = await self._read(post, mentioned=mentioned)
-        except (Unreadable, ValueError, TypeError, KeyError) as exc:
+            sender = text(data.get("sender_name"), "sender_name").lstrip("@")
+            read = await self._read(post, mentioned=mentioned, sender=sender)
+        except _UNREADABLE as exc:
             refuse(self, exc, kind="posted", message=_short_id(raw))
             return
         await self._take(read, handler)
@@ -215,12 +220,13 @@ class MattermostTransport:
         await self._taken(inbound.chat_id, at)
 
     async def _read(
-        self, post: dict[str, Any], *, mentioned: bool
+        self, post: dict[str, Any], *, mentioned: bool, sender: str = ""
     ) -> tuple[Inbound, list[Incoming], float] | None:
         """A post as the router takes it, with its files and its create_at; None for one not
         to answer (the bot's own, another bot's, a system message)."""
         user = ident(post.get("user_id"), "user_id")
-        props = post.get("props") or {}
+        props = post.get("props")
+        props = props if isinstance(props, dict) else {}
         kind_of_post = post.get("type") or ""
         if user == self._me or kind_of_post not in ("", VOICE) or props.get("from_bot") in BOT:
             return None  # our own, another bot's, a system message (a join, a header change)
@@ -246,7 +252,7 @@ class MattermostTransport:
             is_group=group,
             mentioned=not group or mentioned,
             thread_id=(root or post_id) if group else root,
-            sender_name=str(props.get("override_username") or ""),
+            sender_name=sender,
             at=at / 1000,
         )
         return checked(inbound), files, at
@@ -293,8 +299,9 @@ class MattermostTransport:
         return self._kinds[channel]
 
     async def _taken(self, channel: str, at: float) -> None:
-        """Where the stream is, per channel, for catching up after a reconnect."""
-        seen = json.loads(await self.state.get(CAUGHT_UP) or "{}")
+        """Where the stream is, per channel, for catching up after a reconnect (read once a
+        run, written through)."""
+        seen = self._seen
         if at > seen.get(channel, 0):
             seen[channel] = at
             while len(seen) > CHANNELS:
@@ -304,8 +311,8 @@ class MattermostTransport:
     async def _catch_up(self, handler: InboundHandler) -> None:
         """The posts made while the stream was down, in the channels the bot has taken posts
         in, oldest first; what the inbox already has it drops."""
-        seen: dict[str, float] = json.loads(await self.state.get(CAUGHT_UP) or "{}")
-        for channel, since in seen.items():
+        self._seen = json.loads(await self.state.get(CAUGHT_UP) or "{}")
+        for channel, since in list(self._seen.items()):
             try:
                 found = await self._api("GET", f"/channels/{channel}/posts", since=str(int(since)))
             except TransportError as exc:
@@ -317,7 +324,7 @@ class MattermostTransport:
                     continue
                 try:
                     read = await self._read(post, mentioned=False)
-                except (Unreadable, ValueError, TypeError, KeyError) as exc:
+                except _UNREADABLE as exc:
                     refuse(self, exc, kind="post", message=str(post.get("id"))[:40])
                     continue
                 await self._take(read, handler)
