@@ -54,8 +54,8 @@ async def test_a_channel_answer_goes_in_the_thread_of_the_post(
         fake.say(OWNER_ID, TOWN_SQUARE, "@rousseau and then?", root_id=asked.id, mentions=[BOT_ID])
         await until(lambda: len(replies(fake)) == 2, 20)
     assert replies(fake) == [
-        (TOWN_SQUARE, asked.id, "echo: what is up?"),
-        (TOWN_SQUARE, asked.id, "echo: and then?"),
+        (TOWN_SQUARE, asked.id, "echo: alice: what is up?"),  # who said it, in a channel
+        (TOWN_SQUARE, asked.id, "echo: alice: and then?"),
     ]
 
 
