@@ -27,6 +27,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.mention import names
+from rousseau.transports.unreadable import Unreadable, checked, refuse
 
 try:
     import slixmpp
@@ -238,17 +239,23 @@ class XMPPTransport:
                 return  # a private line through a room (its sender hidden), or our own
             who = chat = str(sender.bare)
             private = True
-        inbound = Inbound(
-            transport=self.name,
-            chat_id=chat,
-            sender_id=who,
-            sender_name=sender.resource if not private else sender.user,
-            message_id=f"{sender}/{message['id']}" if message["id"] else self._local_id(),
-            text=text,
-            thread_id=message["thread"] or None,
-            is_group=not private,
-            mentioned=private or names(text, self.nick),
-        )
+        try:
+            inbound = checked(
+                Inbound(
+                    transport=self.name,
+                    chat_id=chat,
+                    sender_id=who,
+                    sender_name=sender.resource if not private else sender.user,
+                    message_id=f"{sender}/{message['id']}" if message["id"] else self._local_id(),
+                    text=text,
+                    thread_id=message["thread"] or None,
+                    is_group=not private,
+                    mentioned=private or names(text, self.nick),
+                )
+            )
+        except Unreadable as exc:
+            refuse(self, exc, chat=chat, message=message["id"])
+            return
         asks = message.xml.find(RECEIPT_REQUEST) is not None and bool(message["id"])
         try:
             inbox.send_nowait(_Taken(inbound, message if asks else None))
