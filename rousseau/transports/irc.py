@@ -26,6 +26,7 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.mention import names
 from rousseau.transports.split import split_message
+from rousseau.transports.unreadable import Unreadable, checked, refuse
 
 try:
     import pydle
@@ -238,16 +239,22 @@ class IRCTransport:
         private = client.is_same_nick(target, client.nickname)
         account = (getattr(message, "tags", None) or {}).get("account")
         sender = f"account:{account}" if f"account:{account}" in self.accounts else nick
-        inbound = Inbound(
-            transport=self.name,
-            chat_id=nick if private else target,
-            sender_id=sender,
-            sender_name=nick,
-            message_id=f"{self._epoch}-{next(self._ids)}",
-            text=text,
-            is_group=not private,
-            mentioned=private or names(text, client.nickname),
-        )
+        try:
+            inbound = checked(
+                Inbound(
+                    transport=self.name,
+                    chat_id=nick if private else target,
+                    sender_id=sender,
+                    sender_name=nick,
+                    message_id=f"{self._epoch}-{next(self._ids)}",
+                    text=text,
+                    is_group=not private,
+                    mentioned=private or names(text, client.nickname),
+                )
+            )
+        except Unreadable as exc:  # pydle decodes as it can: a line may still not be kept
+            refuse(self, exc, chat=target, sender=nick)
+            return
         try:
             inbox.send_nowait(inbound)
         except anyio.ClosedResourceError:
