@@ -241,7 +241,19 @@ class XMPPConfig(TransportConfig):
     """The bot's nick in rooms; a room line is answered when it names it."""
 
 
+class MattermostActionsConfig(Section):
+    url: str
+    """The public address Mattermost posts a button's press to (a reverse proxy in front of
+    `listen`), e.g. https://bot.example.org/mattermost/actions; its path is the route."""
+    listen: str = "127.0.0.1:8097"
+    """Where this daemon takes the presses (host:port); the web face's address serves them
+    on its server."""
+
+
 class MattermostConfig(TransportConfig):
+    actions: MattermostActionsConfig | None = None
+    """Approvals as buttons (interactive message buttons, which Mattermost answers by posting
+    to an address of the daemon's); unset: approvals are answered by typing them."""
     url: str | None = None
     """The server's address, e.g. https://chat.example.org."""
     token: SecretStr | None = None

@@ -261,7 +261,12 @@ def _mattermost(section: Any) -> Transport:
         raise ConfigError("mattermost.token: not set; set it or MATTERMOST_TOKEN")
     from rousseau.transports.mattermost import MattermostTransport
 
-    return MattermostTransport(section.url, section.token.get_secret_value())
+    actions = section.actions
+    return MattermostTransport(
+        section.url,
+        section.token.get_secret_value(),
+        actions=(actions.url, actions.listen) if actions is not None else None,
+    )
 
 
 def _googlechat(section: Any) -> Transport:

@@ -15,10 +15,14 @@ and taken in order (the inbox drops what it already has).
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import json
 import re
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import structlog
@@ -28,6 +32,7 @@ from rousseau.agent import MissingExtraError, TransportAuthError, TransportError
 from rousseau.media import Download, Incoming, MediaIntake
 from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
+from rousseau.transports.abilities import Posts
 from rousseau.transports.base import Throttled, file_bytes, take_files
 from rousseau.transports.unreadable import (
     Unreadable,
@@ -83,9 +88,22 @@ class MattermostTransport:
     max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, *, actions: tuple[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
+        self.actions_url = actions[0] if actions else None
+        """Where Mattermost posts a button's press; None: no buttons (answers are typed)."""
+        self.posts: Posts | None = (
+            Posts(
+                transport=self.name,
+                listen=actions[1],
+                path=urlsplit(actions[0]).path or "/",
+                take=self._take_press,
+            )
+            if actions
+            else None
+        )
+        self._handler: InboundHandler | None = None
         self.state: KeyValue = MemoryKeyValue()
         self.media: MediaIntake | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -148,6 +166,7 @@ class MattermostTransport:
     ) -> None:
         self._stop = anyio.Event()
         await self._whoami()
+        self._handler = handler  # presses are taken from here on (see _take_press)
         address = re.sub(r"^http", "ws", self.url) + "/api/v4/websocket"
         try:
             async with self._session_for().ws_connect(address, heartbeat=30) as ws:
@@ -170,6 +189,7 @@ class MattermostTransport:
             raise TransportError(f"mattermost: the event stream failed: {exc}") from exc
         finally:
             self._ws = None
+            self._handler = None
         if not self._stop.is_set():
             raise TransportError("mattermost: the event stream closed")
 
@@ -350,7 +370,7 @@ class MattermostTransport:
                 await anyio.sleep(min(exc.retry_after, 30))
 
     async def _send(self, message: Outbound) -> None:
-        if message.replaces is not None:
+        if message.replaces is not None and not message.buttons:
             try:
                 await self._api(
                     "PUT", f"/posts/{message.replaces}/patch", body={"message": message.text}
@@ -364,6 +384,8 @@ class MattermostTransport:
             "message": message.text,
             "root_id": message.thread_id or "",
         }
+        if message.buttons and self.actions_url:  # a press is posted back to the daemon
+            body["props"] = {"attachments": [{"actions": self._buttons(message)}]}
         if message.attachment is not None:
             data = await file_bytes(self.media, message)
             if isinstance(data, Outbound):
@@ -380,6 +402,63 @@ class MattermostTransport:
                 uploaded = await self._api("POST", "/files", data=form)
                 body["file_ids"] = [info["id"] for info in uploaded["file_infos"]]
         await self._api("POST", "/posts", body=body)
+
+    def _proof(self, chat_id: str, answer: str) -> str:
+        """What a button carries to prove Mattermost got it from the bot (which signs nothing
+        itself): an HMAC of its chat and answer under the bot's token."""
+        said = f"{chat_id}\n{answer}".encode()
+        return hmac.new(self.token.encode(), said, hashlib.sha256).hexdigest()
+
+    def _buttons(self, message: Outbound) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"answer{n}",
+                "name": label,
+                "integration": {
+                    "url": self.actions_url,
+                    "context": {"answer": label, "proof": self._proof(message.chat_id, label)},
+                },
+            }
+            for n, label in enumerate(message.buttons)
+        ]
+
+    async def _take_press(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
+        """A button pressed: its answer taken as a message from whoever pressed it. 403 for a
+        press the bot's buttons did not make; 503 when it could not be kept."""
+        try:
+            press = json.loads(body)
+            context = press.get("context") or {}
+            answer = text(context.get("answer"), "answer")
+            channel = ident(press.get("channel_id"), "channel_id")
+            user = ident(press.get("user_id"), "user_id")
+            post = ident(press.get("post_id"), "post_id")
+            proof = str(context.get("proof", ""))
+        except _UNREADABLE as exc:
+            refuse(self, exc if isinstance(exc, Unreadable) else Unreadable(str(exc)))
+            return 400, ""
+        if not hmac.compare_digest(proof, self._proof(channel, answer)):
+            log.warning("mattermost.press_refused", channel=channel, user=user)
+            return 403, ""
+        handler = self._handler
+        if handler is None:
+            return 503, ""
+        try:
+            group = await self._kind(channel) != "D"
+            inbound = Inbound(
+                transport=self.name,
+                chat_id=channel,
+                sender_id=user,
+                message_id=f"{post}/pressed/{user}/{answer}"[:200],
+                text=answer,
+                is_group=group,
+                mentioned=True,
+                sender_name=text(press.get("user_name"), "user_name"),
+            )
+            await handler(checked(inbound))
+        except Exception as exc:
+            log.info("mattermost.press_retry", post=post, error=type(exc).__name__)
+            return 503, ""
+        return 200, "{}"
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         body = {"channel_id": chat_id, "parent_id": thread_id or ""}

@@ -96,17 +96,16 @@ class AioServer:
 
 
 def post_signed(url: str, body: Any, token: str) -> int:
-    """`body` posted as JSON with a bearer `token`, as a platform posts to an app's endpoint;
-    the status it answered (0: nothing listens there yet)."""
+    """`body` posted as JSON with a bearer `token` (none if empty), as a platform posts to an
+    app's endpoint; the status it answered (0: nothing listens there yet)."""
     import json
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-    )
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=20) as answer:
             return int(answer.status)

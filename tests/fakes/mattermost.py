@@ -57,6 +57,7 @@ class Post:
     file_ids: list[str] = field(default_factory=list)
     create_at: int = field(default_factory=lambda: int(time.time() * 1000))
     type: str = ""
+    props: dict[str, Any] = field(default_factory=dict)
     edits: list[tuple[float, str]] = field(default_factory=list)
     """(when, what) of each patch."""
     at: float = field(default_factory=time.time)
@@ -184,6 +185,26 @@ class FakeMattermost(AioServer):
                 raise TimeoutError("no websocket connected")
             time.sleep(0.02)
 
+    def press(self, post: Post, label: str, user_id: str = OWNER_ID) -> int:
+        """`user_id` presses the button `label` of `post`: Mattermost posts the button's
+        context to its integration's address, as the interactive messages docs say."""
+        from tests.fakes.aio import post_signed
+
+        actions = [a for one in post.props.get("attachments", []) for a in one.get("actions", [])]
+        [action] = [a for a in actions if a["name"] == label]
+        press = {
+            "user_id": user_id,
+            "user_name": NAMES.get(user_id, "someone"),
+            "channel_id": post.channel_id,
+            "team_id": "",
+            "post_id": post.id,
+            "trigger_id": _id(),
+            "type": "",
+            "data_source": "",
+            "context": action["integration"].get("context", {}),
+        }
+        return post_signed(action["integration"]["url"], press, "")
+
     def bot_posts(self) -> list[Post]:
         return [p for p in self.posts if p.user_id == BOT_ID]
 
@@ -220,7 +241,7 @@ class FakeMattermost(AioServer):
             "original_id": "",
             "message": post.shown,
             "type": post.type,
-            "props": {},
+            "props": post.props,
             "hashtags": "",
             "file_ids": post.file_ids,
             "pending_post_id": "",
@@ -314,6 +335,7 @@ class FakeMattermost(AioServer):
             body.get("message", ""),
             body.get("root_id", ""),
             list(body.get("file_ids") or []),
+            props=body.get("props") or {},
         )
         self.posts.append(post)
         return web.json_response(self._post(post), status=201)

@@ -181,3 +181,32 @@ def test_a_section_without_what_it_needs_names_the_key_and_doctor_knows_an_id(
         built("  url: https://chat.example.org\n")
     shape, _ = SENDER_SHAPES["mattermost"]
     assert shape.match(OWNER_ID) and not shape.match("alice") and not shape.match("@alice")
+
+
+async def test_answers_come_as_buttons_and_a_press_as_a_message(fake: FakeMattermost) -> None:
+    from rousseau.messages import Outbound
+    from tests.helpers import receiving_posts
+
+    port = free_port()
+    actions = (f"http://127.0.0.1:{port}/mattermost/actions", f"127.0.0.1:{port}")
+    transport = MattermostTransport(fake.url, TOKEN, actions=actions)
+    async with receiving_posts(transport, port) as taken:
+        question = Outbound(
+            transport="mattermost",
+            chat_id=DM_CHANNEL,
+            text="Approve bash? [K7QD]",
+            buttons=("yes K7QD", "no K7QD"),
+        )
+        await transport.send(question)
+        [sent] = fake.bot_posts()
+        assert await anyio.to_thread.run_sync(fake.press, sent, "yes K7QD") == 200
+        # A press the bot's buttons did not make (its proof made up) reaches nobody.
+        forged = fake.posts[-1]
+        forged.props["attachments"][0]["actions"][1]["integration"]["context"]["proof"] = "x"
+        assert await anyio.to_thread.run_sync(fake.press, forged, "no K7QD") == 403
+        assert await anyio.to_thread.run_sync(fake.press, sent, "yes K7QD") == 200  # again
+    assert sent.message == "Approve bash? [K7QD]"
+    assert [(i.text, i.sender_id, i.chat_id) for i in taken] == [
+        ("yes K7QD", OWNER_ID, DM_CHANNEL)
+    ] * 2
+    assert taken[0].message_id == taken[1].message_id  # a second press is the same answer
