@@ -60,6 +60,7 @@ def test_two_daemons_take_google_chat_and_teams_posts_and_answer_each_message_on
                     "app_password": PASSWORD,
                     "listen": f"127.0.0.1:{teams_port}",
                     "login_endpoint": teams.url,
+                    "service_url": teams.url,
                     "keys_url": teams.keys_url,
                     "allowlist": people,
                     "streaming": "off",

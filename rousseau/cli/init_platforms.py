@@ -266,7 +266,7 @@ PLATFORMS: dict[str, Platform] = {
                     default="127.0.0.1:3978",
                 ),
             ),
-            ("path", "login_endpoint", "keys_url"),
+            ("path", "login_endpoint", "keys_url", "service_url"),
             "Now send {me} a message in a personal chat in Teams.",
         ),
         Platform(

@@ -297,3 +297,6 @@ class TeamsConfig(TransportConfig):
     login, or a local fake)."""
     keys_url: str | None = None
     """Where the keys of Teams' tokens are fetched, instead of the Bot Framework's."""
+    service_url: str | None = None
+    """The Bot Connector address for a conversation Teams has not named one for yet (a
+    sovereign cloud's, or a local fake); unset: the public cloud's global one."""

@@ -319,6 +319,7 @@ def _teams(section: Any) -> Transport:
         path=section.path,
         login_endpoint=section.login_endpoint,
         keys_url=section.keys_url,
+        service_url=section.service_url,
     )
 
 

@@ -14,10 +14,12 @@ later. Approvals come as an Adaptive Card whose buttons answer.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import functools
 import json
 import re
+import secrets
 import time
 import warnings
 from collections.abc import Mapping
@@ -32,7 +34,7 @@ from rousseau.media import Download, Incoming, MediaIntake, media_type_of
 from rousseau.media.download import CHUNK
 from rousseau.messages import Inbound, InboundHandler, KeyValue, MemoryKeyValue, Outbound
 from rousseau.transports.abilities import Posts
-from rousseau.transports.base import Throttled, take_files
+from rousseau.transports.base import Throttled, file_bytes, take_files
 from rousseau.transports.unreadable import Unreadable, checked, ident, refuse, text
 
 try:
@@ -63,9 +65,20 @@ KEYS = "https://login.botframework.com/v1/.well-known/keys"
 ISSUER = "https://api.botframework.com"
 """Who signs the tokens of the activities Teams posts."""
 SCOPE = "https://api.botframework.com/.default"
+SERVICE = "https://smba.trafficmanager.net/teams/"
+"""The public cloud's global Bot Connector address, for a conversation not yet heard from."""
 ANSWER = "rousseau_answer"
 FILE_INFO = "application/vnd.microsoft.teams.file.download.info"
 """A file sent in a personal chat: its content has a download address of its own."""
+CONSENT = "application/vnd.microsoft.teams.card.file.consent"
+"""The card asking a person to let the bot put a file in their OneDrive."""
+SENT_FILE = "application/vnd.microsoft.teams.card.file.info"
+"""The card showing a file the bot uploaded."""
+CONSENTS = "consents"
+"""The state's key: {consent id: the file waiting for its person's yes}."""
+INLINE_IMAGE = 1024 * 1024
+"""Bytes of an image sent inline (in the message, base64); larger ones go as files."""
+MAX_FILE_BYTES = 100 * 1024 * 1024
 REFERENCES = "references"
 """The state's key: {conversation: its service URL}, for messages the bot starts."""
 CONVERSATIONS = 1000
@@ -77,6 +90,7 @@ _TAGS = re.compile(r"<[^>]+>")
 class TeamsTransport:
     name = "teams"
     max_length = MAX_LENGTH
+    max_file_bytes = MAX_FILE_BYTES
     measure = staticmethod(len)
     shares_connections = True
     """Teams posts to one address: behind a balancer, every daemon of a cluster takes posts."""
@@ -91,8 +105,11 @@ class TeamsTransport:
         path: str = "/api/messages",
         login_endpoint: str | None = None,
         keys_url: str | None = None,
+        service_url: str | None = None,
     ) -> None:
         self.app_id, self.app_password = app_id, app_password
+        self.service_url = service_url or SERVICE
+        """Where a conversation Teams has not yet named a service for is written to."""
         self.tenant = tenant_id or "botframework.com"
         self.login = (login_endpoint or LOGIN).rstrip("/")
         self.validator = TokenValidator(
@@ -221,6 +238,8 @@ class TeamsTransport:
         handler = self._handler
         if handler is None:
             return 503, ""
+        if isinstance(activity, dict) and activity.get("name") == "fileConsent/invoke":
+            return await self._consented(activity, service_url)
         try:
             inbound = self._read(activity)
             files = self._files(activity) if inbound is not None else []
@@ -320,13 +339,10 @@ class TeamsTransport:
             await self.state.set(REFERENCES, json.dumps(known))
 
     async def _service_url(self, chat: str) -> str:
+        """The conversation's own service URL, as Teams last gave it; else the global one
+        (which reaches any conversation of the public cloud the bot is installed in)."""
         found = json.loads(await self.state.get(REFERENCES) or "{}").get(chat)
-        if not found:
-            raise TransportError(
-                f"teams: nothing is known of conversation {chat} yet (Teams tells the bot of "
-                "a conversation when someone writes there, or installs the app there)"
-            )
-        return str(found)
+        return str(found or self.service_url)
 
     # -- replies -------------------------------------------------------------------------
 
@@ -361,9 +377,9 @@ class TeamsTransport:
         client = self._client(await self._service_url(message.chat_id))
         conversation = self._conversation(message.chat_id, message.thread_id)
         said = message.text
-        if message.attachment is not None:  # file consent cards are not built yet
-            said = "\n".join(t for t in (said, message.attachment.stand_in()) if t)
         activity = MessageActivityInput(text=said)
+        if message.attachment is not None:
+            said = await self._attach(activity, message)
         if message.buttons:
             activity.add_attachments(_answers_card(said, message.buttons))
         try:
@@ -382,6 +398,87 @@ class TeamsTransport:
             raise
         except Exception as exc:
             raise TransportError(f"teams: sending failed: {_said(exc)}") from exc
+
+    async def _attach(self, activity: Any, message: Outbound) -> str:
+        """The file of `message` on `activity`: an image inline; another file, in a personal
+        chat, as a card asking its person to let the bot put it in their OneDrive (the file
+        goes once they say yes); elsewhere named in the text, as bots cannot upload there.
+        The activity's text."""
+        attachment = message.attachment
+        assert attachment is not None
+        data = await file_bytes(self.media, message)
+        if isinstance(data, Outbound):  # the file is gone from the store: said so
+            activity.text = data.text
+            return data.text
+        name = attachment.name or "file"
+        if attachment.is_image and len(data) <= INLINE_IMAGE:
+            address = f"data:{attachment.media_type};base64,{base64.b64encode(data).decode()}"
+            activity.add_attachments(
+                Attachment(content_type=attachment.media_type, content_url=address, name=name)
+            )
+            return str(activity.text or "")
+        if message.thread_id or message.chat_id.startswith("19:"):
+            said = "\n".join(t for t in (message.text, attachment.stand_in()) if t)
+            activity.text = said
+            return said
+        consent = secrets.token_hex(8)
+        waiting = json.loads(await self.state.get(CONSENTS) or "{}")
+        waiting[consent] = {"sha256": attachment.sha256, "name": name}
+        while len(waiting) > CONVERSATIONS:
+            waiting.pop(next(iter(waiting)))
+        await self.state.set(CONSENTS, json.dumps(waiting))
+        card = {
+            "description": name,
+            "sizeInBytes": len(data),
+            "acceptContext": {"consent": consent},
+            "declineContext": {"consent": consent},
+        }
+        activity.add_attachments(Attachment(content_type=CONSENT, name=name, content=card))
+        return str(activity.text or "")
+
+    async def _consented(self, activity: dict[str, Any], service_url: str) -> tuple[int, str]:
+        """A person's answer to a file's consent card: on yes, the file uploaded to the
+        address Teams gives and shown in the chat; the invoke answered 200 either way."""
+        value = activity.get("value") or {}
+        consent = str((value.get("context") or {}).get("consent", ""))
+        waiting = json.loads(await self.state.get(CONSENTS) or "{}")
+        file = waiting.pop(consent, None)
+        await self.state.set(CONSENTS, json.dumps(waiting))
+        chat = str((activity.get("conversation") or {}).get("id", "")).partition(";")[0]
+        if file is None or value.get("action") != "accept" or self.media is None:
+            return 200, ""
+        data = await self.media.blobs.read(file["sha256"])
+        info = value.get("uploadInfo") or {}
+        if data is None or not info.get("uploadUrl"):
+            return 200, ""
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session,
+                session.put(
+                    str(info["uploadUrl"]),
+                    data=data,
+                    headers={"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"},
+                ) as response,
+            ):
+                if response.status >= 400:
+                    raise TransportError(f"teams: the upload answered {response.status}")
+        except (*_FAILURES, TransportError) as exc:
+            log.warning("teams.upload_failed", chat=chat, error=str(exc)[:200])
+            return 500, ""  # Teams tells the person, who can say yes again
+        shown = MessageActivityInput(text="")
+        shown.add_attachments(
+            Attachment(
+                content_type=SENT_FILE,
+                content_url=str(info.get("contentUrl", "")),
+                name=str(info.get("name") or file["name"]),
+                content={"uniqueId": info.get("uniqueId"), "fileType": info.get("fileType")},
+            )
+        )
+        try:
+            await self._create(self._client(service_url), chat, shown)
+        except Exception as exc:
+            log.warning("teams.file_card_failed", chat=chat, error=_said(exc))
+        return 200, ""
 
     async def _create(self, client: ApiClient, conversation: str, activity: Any) -> None:
         """The activity sent; a 429 waited out (as the Connector asks) twice at most."""

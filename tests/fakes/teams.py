@@ -30,6 +30,8 @@ PERSONAL = "a:1personal-owner"
 STRANGER_CHAT = "a:1personal-stranger"
 CHANNEL = "19:general@thread.tacv2"
 KID = "teams-key-1"
+CONSENT = "application/vnd.microsoft.teams.card.file.consent"
+SENT_FILE = "application/vnd.microsoft.teams.card.file.info"
 
 
 def _b64(number: int) -> str:
@@ -70,6 +72,10 @@ class FakeTeams(AioServer):
         self.limited = 0
         """How many of the next Connector calls to answer 429."""
         self.files: dict[str, tuple[bytes, str]] = {}
+        self.uploads: dict[str, bytes] = {}
+        """What the bot put in the person's OneDrive, by the file's unique id."""
+        self.bot_endpoint = ""
+        """Where the person's yes to a file's consent card is posted (empty: nobody says)."""
         self._ids = itertools.count(1)
 
     def routes(self, app: web.Application) -> None:
@@ -78,6 +84,7 @@ class FakeTeams(AioServer):
         app.router.add_post("/v3/conversations/{conversation}/activities", self._create)
         app.router.add_put("/v3/conversations/{conversation}/activities/{id}", self._update)
         app.router.add_get("/download/{id}", self._download)
+        app.router.add_put("/upload/{id}", self._upload)
 
     @property
     def keys_url(self) -> str:
@@ -245,7 +252,51 @@ class FakeTeams(AioServer):
             body.get("type", "message"),
         )
         self.posted.append(posted)
+        for card in posted.attachments:
+            if card.get("contentType") == CONSENT and self.bot_endpoint:
+                self._say_yes(posted, card)
         return web.json_response({"id": posted.id} if posted.kind == "message" else {})
+
+    def _say_yes(self, posted: Posted, card: dict[str, Any]) -> None:
+        """The person accepts a file's consent card: Teams posts the invoke, with where to
+        upload the file (as the file consent flow documents), from a thread of its own."""
+        import threading
+
+        unique = f"upload-{next(self._ids)}"
+        name = card.get("name") or "file"
+        invoke = {
+            "type": "invoke",
+            "name": "fileConsent/invoke",
+            "id": f"f{unique}",
+            "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+            "serviceUrl": self.url,
+            "channelId": "msteams",
+            "from": {"id": "29:1owner", "name": "Alice", "aadObjectId": OWNER},
+            "conversation": {"id": posted.conversation, "conversationType": "personal"},
+            "recipient": {"id": f"28:{APP_ID}", "name": "rousseau"},
+            "value": {
+                "type": "fileUpload",
+                "action": "accept",
+                "context": card["content"]["acceptContext"],
+                "uploadInfo": {
+                    "contentUrl": f"https://contoso-my.sharepoint.com/personal/{name}",
+                    "name": name,
+                    "uploadUrl": f"{self.url}/upload/{unique}",
+                    "uniqueId": unique,
+                    "fileType": name.rpartition(".")[2],
+                },
+            },
+        }
+        endpoint = self.bot_endpoint
+        threading.Thread(target=lambda: self.post(endpoint, invoke), daemon=True).start()
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        data = await request.read()
+        expected = f"bytes 0-{len(data) - 1}/{len(data)}"
+        if request.headers.get("Content-Range") != expected:
+            return web.json_response({"error": {"code": "invalidRange"}}, status=416)
+        self.uploads[request.match_info["id"]] = data
+        return web.json_response({"id": request.match_info["id"], "size": len(data)}, status=201)
 
     async def _update(self, request: web.Request) -> web.Response:
         if (refused := self._refused(request)) is not None:

@@ -3,6 +3,7 @@ Teams, which posts signed activities to the daemon's messaging endpoint."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any, ClassVar
 
 from rousseau.transports.base import Transport
@@ -10,9 +11,11 @@ from rousseau.transports.teams import MAX_LENGTH, TeamsTransport
 from tests.fakes.teams import (
     APP_ID,
     CHANNEL,
+    CONSENT,
     OWNER,
     PASSWORD,
     PERSONAL,
+    SENT_FILE,
     STRANGER,
     STRANGER_CHAT,
     FakeTeams,
@@ -32,12 +35,12 @@ class TeamsHarness:
     cannot: ClassVar[dict[str, str]] = {
         "drop_connection": "Teams posts each activity: there is no connection to drop",
     }
-    no_files_out = "a bot sends files through file consent cards and OneDrive, not built yet"
 
     def __init__(self) -> None:
         self.fake = FakeTeams().start()
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}/api/messages"
+        self.fake.bot_endpoint = self.endpoint  # the owner says yes to every file
         self._last: dict[str, Any] | None = None
 
     def transport(self) -> Transport:
@@ -45,6 +48,7 @@ class TeamsHarness:
             APP_ID,
             PASSWORD,
             listen=f"127.0.0.1:{self.port}",
+            service_url=self.fake.url,
             login_endpoint=self.fake.url,
             keys_url=self.fake.keys_url,
         )
@@ -65,7 +69,19 @@ class TeamsHarness:
         self._post(self.fake.message(chat, who, text, files=[(file.name, file.data)]))
 
     def files_delivered(self) -> list[DeliveredFile]:
-        return []  # see no_files_out
+        """Images sent inline (a data address), and files uploaded with the owner's consent
+        and shown by a file card."""
+        found = []
+        for p in self.fake.messages():
+            for a in p.attachments:
+                url = a.get("contentUrl") or ""
+                if url.startswith("data:"):
+                    data = base64.b64decode(url.partition(",")[2])
+                    found.append(DeliveredFile(p.chat, a.get("name", ""), data, True, p.text))
+                elif a.get("contentType") == SENT_FILE:
+                    data = self.fake.uploads.get(a["content"]["uniqueId"], b"")
+                    found.append(DeliveredFile(p.chat, a.get("name", ""), data, False, p.text))
+        return found
 
     def group(self, text: str, *, mentioned: bool) -> None:
         self._post(self.fake.message(CHANNEL, OWNER, text, mention=mentioned))
@@ -84,7 +100,16 @@ class TeamsHarness:
         raise NotImplementedError(self.cannot["drop_connection"])
 
     def delivered(self) -> list[Delivered]:
-        return [Delivered(chat=p.chat, text=p.text, thread=p.thread) for p in self.fake.messages()]
+        """The bot's messages without a file (an inline image, a consent or a file card)."""
+        return [
+            Delivered(chat=p.chat, text=p.text, thread=p.thread)
+            for p in self.fake.messages()
+            if not any(
+                a.get("contentType") in (CONSENT, SENT_FILE)
+                or (a.get("contentUrl") or "").startswith("data:")
+                for a in p.attachments
+            )
+        ]
 
     def shown(self) -> list[str]:
         return [p.shown for p in self.fake.messages() if p.chat == PERSONAL]

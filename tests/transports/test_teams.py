@@ -13,7 +13,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from rousseau.agent import ConfigError, TransportAuthError, TransportError
+from rousseau.agent import ConfigError, TransportAuthError
 from rousseau.messages import Inbound, Outbound
 from rousseau.transports.teams import TeamsTransport
 from tests.fakes.teams import APP_ID, CHANNEL, OWNER, PASSWORD, PERSONAL, FakeTeams
@@ -40,6 +40,7 @@ def transport_for(fake: FakeTeams, port: int, password: str = PASSWORD) -> Teams
         listen=f"127.0.0.1:{port}",
         login_endpoint=fake.url,
         keys_url=fake.keys_url,
+        service_url=fake.url,  # the global Bot Connector, for conversations not heard from
     )
 
 
@@ -90,14 +91,14 @@ async def test_answers_come_as_a_card_and_a_press_as_a_message(fake: FakeTeams) 
     assert [(i.text, i.sender_id) for i in taken] == [("hello", OWNER), ("yes K7QD", OWNER)]
 
 
-async def test_a_conversation_seen_once_is_written_to_later_and_in_its_thread(
+async def test_a_conversation_is_written_to_unasked_and_in_its_thread(
     fake: FakeTeams,
 ) -> None:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}/api/messages"
     transport = transport_for(fake, port)
-    with pytest.raises(TransportError, match="nothing is known of conversation"):
-        await transport.send(Outbound(transport="teams", chat_id=CHANNEL, text="too early"))
+    # Before anyone wrote there: through the global Bot Connector address.
+    await transport.send(Outbound(transport="teams", chat_id=CHANNEL, text="good morning"))
     async with receiving_posts(transport, port) as taken:
         asked = fake.message(CHANNEL, OWNER, "what is up?", mention=True)
         assert await anyio.to_thread.run_sync(fake.post, endpoint, asked) == 200
@@ -109,7 +110,8 @@ async def test_a_conversation_seen_once_is_written_to_later_and_in_its_thread(
         await transport.send(reply)
         later = Outbound(transport="teams", chat_id=CHANNEL, text="the daily report")
         await transport.send(later)  # as cron delivers: no message to answer
-    first, second = fake.messages()
+    early, first, second = fake.messages()
+    assert (early.chat, early.thread, early.text) == (CHANNEL, None, "good morning")
     assert (first.chat, first.thread, first.text) == (CHANNEL, asked["id"], "hi")
     assert (second.chat, second.thread, second.text) == (CHANNEL, None, "the daily report")
 
