@@ -75,7 +75,9 @@ class FakeTeams(AioServer):
         self.uploads: dict[str, bytes] = {}
         """What the bot put in the person's OneDrive, by the file's unique id."""
         self.bot_endpoint = ""
-        """Where the person's yes to a file's consent card is posted (empty: nobody says)."""
+        """Where the person's answer to a file's consent card is posted (empty: nobody)."""
+        self.consent = "accept"
+        """What the person answers a consent card: accept or decline."""
         self._ids = itertools.count(1)
 
     def routes(self, app: web.Application) -> None:
@@ -276,7 +278,7 @@ class FakeTeams(AioServer):
             "recipient": {"id": f"28:{APP_ID}", "name": "rousseau"},
             "value": {
                 "type": "fileUpload",
-                "action": "accept",
+                "action": self.consent,
                 "context": card["content"]["acceptContext"],
                 "uploadInfo": {
                     "contentUrl": f"https://contoso-my.sharepoint.com/personal/{name}",

@@ -179,3 +179,34 @@ async def test_a_429_from_the_connector_is_waited_out(fake: FakeTeams) -> None:
         fake.limited = 1
         await transport.send(Outbound(transport="teams", chat_id=PERSONAL, text="hi"))
     assert [p.text for p in fake.messages()] == ["hi"] and fake.limited == 0
+
+
+async def test_a_declined_file_is_not_uploaded(fake: FakeTeams, tmp_path: Path) -> None:
+    from rousseau.agent import Request, Response
+    from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
+    from tests.helpers import config_in, serving
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "table.csv").write_bytes(b"a,b\n1,2\n")
+    port = free_port()
+    fake.bot_endpoint = f"http://127.0.0.1:{port}/api/messages"
+    fake.consent = "decline"
+
+    def answer(request: Request) -> Response:
+        if request.messages[-1].tool_results:
+            return text_reply("Here it is.")
+        return tool_reply("send_file", path="table.csv")
+
+    config = config_in(tmp_path, ROUSSEAU_AGENT_APPROVER_MODE="allow_all")
+    async with serving(transport_for(fake, port), config, FunctionProvider(answer), [OWNER]):
+        hello = fake.message(PERSONAL, OWNER, "the table please")
+        assert await anyio.to_thread.run_sync(fake.post, fake.bot_endpoint, hello) == 200
+        with anyio.fail_after(20):
+            while len(fake.messages()) < 2:
+                await anyio.sleep(0.05)
+        await anyio.sleep(1)  # time for an upload that must not come
+    cards = [a for p in fake.messages() for a in p.attachments]
+    assert [a["contentType"] for a in cards] == [
+        "application/vnd.microsoft.teams.card.file.consent"
+    ]
+    assert fake.uploads == {}
