@@ -267,7 +267,8 @@ class GoogleChatConfig(TransportConfig):
     accounts > Keys): replies, edits and cron deliveries go out as it."""
     audience: str | None = None
     """What Chat's tokens are issued for, as set in the app's configuration (Connection
-    settings > Authentication audience): the project number, or the endpoint's URL."""
+    settings > Authentication audience): the project number, or the endpoint's URL. Unset:
+    any app's (still signed by Chat); doctor and the log say to set it."""
     listen: str = "127.0.0.1:8095"
     """Where this daemon takes Chat's posts (host:port), behind the public HTTPS address the
     app's configuration names; the web face's address serves them on its server."""

@@ -274,10 +274,6 @@ def _googlechat(section: Any) -> Transport:
 
     if section is None or not section.credentials_file:
         raise ConfigError("googlechat.credentials_file: not set (the service account's JSON key)")
-    if not section.audience:
-        raise ConfigError(
-            "googlechat.audience: not set (the app's project number, or its endpoint's URL)"
-        )
     path = Path(section.credentials_file).expanduser()
     try:
         credentials = json.loads(path.read_text())
@@ -292,7 +288,7 @@ def _googlechat(section: Any) -> Transport:
     try:
         return GoogleChatTransport(
             credentials,
-            audience=str(section.audience),
+            audience=str(section.audience) if section.audience else None,
             listen=section.listen,
             path=section.path,
             api_base=section.api_base,

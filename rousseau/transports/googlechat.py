@@ -74,7 +74,7 @@ class GoogleChatTransport:
         self,
         credentials: Mapping[str, Any],
         *,
-        audience: str,
+        audience: str | None,
         listen: str,
         path: str = "/googlechat",
         api_base: str | None = None,
@@ -84,7 +84,17 @@ class GoogleChatTransport:
             dict(credentials), scopes=[SCOPE]
         )
         self.audience = audience
-        self.by_url = audience.startswith(("https://", "http://"))
+        """What Chat's tokens must be for; None: any (signature, issuer and expiry still
+        checked, and `findings` says to set it)."""
+        self.by_url = (audience or "").startswith(("https://", "http://"))
+        self.findings: list[str] = (
+            []
+            if audience
+            else [
+                "googlechat.audience is not set: posts are checked as Chat's but not as meant "
+                "for this app; set the app's project number (Chat API > Configuration)"
+            ]
+        )
         self.api = (api_base or API).rstrip("/")
         self.certs_url = certs_url or (GOOGLE_CERTS if self.by_url else CHAT_CERTS)
         self.state: KeyValue = MemoryKeyValue()
@@ -166,6 +176,8 @@ class GoogleChatTransport:
         await self._token()  # the credentials prove themselves before anything is taken
         self._handler = handler
         log.info("googlechat.connected", app=self.credentials.service_account_email)
+        for finding in self.findings:
+            log.warning("googlechat.no_audience", hint=finding)
         task_status.started()
         try:
             await self._stop.wait()  # the daemon's server takes the posts

@@ -136,8 +136,6 @@ def test_a_section_without_what_it_needs_names_the_key(tmp_path: Path) -> None:
     key = tmp_path / "key.json"
     with pytest.raises(ConfigError, match=r"^googlechat\.credentials_file: not set"):
         build_from(tmp_path, "googlechat:\n  audience: '1'\n")
-    with pytest.raises(ConfigError, match=r"^googlechat\.audience: not set"):
-        build_from(tmp_path, f"googlechat:\n  credentials_file: {key}\n")
     with pytest.raises(ConfigError, match=r"^googlechat\.credentials_file: cannot read"):
         build_from(tmp_path, f"googlechat:\n  credentials_file: {key}\n  audience: '1'\n")
     key.write_text('{"type": "service_account"}')
@@ -181,3 +179,26 @@ async def test_the_fake_speaks_the_documented_wire(fake: FakeGoogleChat, tmp_pat
     assert all(pem.startswith("-----BEGIN CERTIFICATE-----") for pem in certs.values())
     claims = google.auth.jwt.decode(fake.token(), certs=certs, audience=PROJECT)
     assert claims["iss"] == "chat@system.gserviceaccount.com"
+
+
+async def test_without_an_audience_chats_tokens_are_taken_and_the_doctor_says_to_set_it(
+    fake: FakeGoogleChat, tmp_path: Path
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/googlechat"
+    transport = GoogleChatTransport(
+        json.loads(fake.credentials(tmp_path).read_text()),
+        audience=None,
+        listen=f"127.0.0.1:{port}",
+        api_base=fake.url,
+        certs_url=f"{fake.url}/certs",
+    )
+    assert "googlechat.audience is not set" in transport.findings[0]
+    event = fake.message(DM_SPACE, OWNER, "hello")
+    async with receiving_posts(transport, port) as taken:
+        assert (
+            await anyio.to_thread.run_sync(fake.post, url, event, fake.token(audience="1")) == 200
+        )
+        forged = fake.token(forged=True)
+        assert await anyio.to_thread.run_sync(fake.post, url, event, forged) == 401
+    assert [i.text for i in taken] == ["hello"]
