@@ -18,7 +18,7 @@ from rousseau.backoff import backoff
 from rousseau.metrics import Metrics
 from rousseau.state.protocol import DaemonStore
 from rousseau.state.records import OutboxRow
-from rousseau.transports.base import Transport
+from rousseau.transports.base import Throttled, Transport
 
 log = structlog.get_logger("rousseau.router")
 
@@ -115,6 +115,8 @@ class Courier:
         except Exception as exc:
             attempts = row.attempts + 1
             delay = backoff(attempts, cap=300.0)
+            if isinstance(exc, Throttled):  # the platform said when: then, not a guess
+                delay = min(max(exc.retry_after, 0.0), 300.0)
             give_up = attempts >= GIVE_UP_AFTER
             error = str(exc) or type(exc).__name__
             if isinstance(exc, TimeoutError):

@@ -59,7 +59,6 @@ CHANNELS = 1000
 """Channels whose kind is remembered (a bounded cache: one lookup each when forgotten)."""
 CAUGHT_UP = "caught_up"
 """The state's key: {channel id: the create_at of the last post taken there}."""
-SEND_TRIES = 3
 VOICE = "voice"
 """The type of a post made by recording a voice message in the app."""
 BOT = ("true", True)
@@ -360,16 +359,8 @@ class MattermostTransport:
         return message_id
 
     async def send(self, message: Outbound) -> None:
-        for attempt in range(SEND_TRIES):
-            try:
-                await self._send(message)
-                return
-            except Throttled as exc:
-                if attempt == SEND_TRIES - 1:
-                    raise TransportError(f"mattermost: throttled ({exc})") from exc
-                await anyio.sleep(min(exc.retry_after, 30))
-
-    async def _send(self, message: Outbound) -> None:
+        """One post (a 429 raises Throttled: the outbox sends it again when the server
+        said)."""
         if message.replaces is not None and not message.buttons:
             try:
                 await self._api(

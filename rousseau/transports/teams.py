@@ -394,7 +394,7 @@ class TeamsTransport:
                 except Exception:
                     pass  # the preview is gone: sent anew
             await self._create(client, conversation, activity)
-        except TransportError:
+        except (TransportError, Throttled):
             raise
         except Exception as exc:
             raise TransportError(f"teams: sending failed: {_said(exc)}") from exc
@@ -481,20 +481,12 @@ class TeamsTransport:
         return 200, ""
 
     async def _create(self, client: ApiClient, conversation: str, activity: Any) -> None:
-        """The activity sent; a 429 waited out (as the Connector asks) twice at most."""
-        for attempt in range(3):
-            try:
-                await client.conversations.create_activity(conversation, activity)
-                return
-            except httpx.HTTPStatusError as exc:
-                refused = _refused(exc, "sending failed")
-                if not isinstance(refused, Throttled) or attempt == 2:
-                    raise (
-                        refused
-                        if isinstance(refused, TransportError)
-                        else TransportError(f"teams: throttled ({refused})")
-                    ) from exc
-                await anyio.sleep(min(refused.retry_after, 30))
+        """The activity sent (a 429 raises Throttled: the outbox sends it again when the
+        Connector said)."""
+        try:
+            await client.conversations.create_activity(conversation, activity)
+        except httpx.HTTPStatusError as exc:
+            raise _refused(exc, "sending failed") from exc
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         client = self._client(await self._service_url(chat_id))

@@ -70,7 +70,7 @@ class FakeTeams(AioServer):
         self.tokens: set[str] = set()
         self.grants = 0
         self.limited = 0
-        """How many of the next Connector calls to answer 429."""
+        """How many of the next message activities to answer 429."""
         self.files: dict[str, tuple[bytes, str]] = {}
         self.uploads: dict[str, bytes] = {}
         """What the bot put in the person's OneDrive, by the file's unique id."""
@@ -233,19 +233,25 @@ class FakeTeams(AioServer):
             return web.json_response(
                 {"message": "Authorization has been denied for this request."}, status=401
             )
-        if self.limited > 0:
-            self.limited -= 1
-            return web.json_response(
-                {"error": {"code": "TooManyRequests", "message": "Too many requests"}},
-                status=429,
-                headers={"Retry-After": "1"},
-            )
         return None
+
+    def _throttled(self) -> web.Response | None:
+        """The Connector's 429, while `limited` says (message activities only)."""
+        if self.limited <= 0:
+            return None
+        self.limited -= 1
+        return web.json_response(
+            {"error": {"code": "TooManyRequests", "message": "Too many requests"}},
+            status=429,
+            headers={"Retry-After": "1"},
+        )
 
     async def _create(self, request: web.Request) -> web.Response:
         if (refused := self._refused(request)) is not None:
             return refused
         body = await request.json()
+        if body.get("type", "message") == "message" and (limited := self._throttled()):
+            return limited
         posted = Posted(
             request.match_info["conversation"],
             f"1800000000{next(self._ids):03d}",

@@ -146,11 +146,24 @@ def test_a_section_without_what_it_needs_names_the_key(tmp_path: Path) -> None:
 async def test_a_rate_limited_send_is_sent_once_the_wait_is_over(
     fake: FakeGoogleChat, tmp_path: Path
 ) -> None:
-    transport = transport_for(fake, tmp_path, free_port())
-    fake.limited = 1
-    await transport.send(Outbound(transport="googlechat", chat_id=DM_SPACE, text="hello"))
-    await transport.aclose()
-    assert [s.text for s in fake.sent] == ["hello"] and fake.limited == 0
+    """The 429 ends the send with Throttled; the outbox sends again when Google said."""
+    from rousseau.agent import Request, Response
+    from rousseau.agent.testing import FunctionProvider, text_reply
+    from tests.helpers import config_in, serving, until
+
+    def echo(request: Request) -> Response:
+        return text_reply("echo: " + request.messages[-1].text)
+
+    port = free_port()
+    transport = transport_for(fake, tmp_path, port)
+    async with serving(transport, config_in(tmp_path), FunctionProvider(echo), [OWNER]):
+        fake.limited = 1
+        event = fake.message(DM_SPACE, OWNER, "hello")
+        url = f"http://127.0.0.1:{port}/googlechat"
+        assert await anyio.to_thread.run_sync(fake.post, url, event) == 200
+        await until(lambda: bool(fake.sent), 20)
+        await anyio.sleep(0.5)
+    assert [s.text for s in fake.sent] == ["echo: hello"] and fake.limited == 0
 
 
 def test_the_doctor_knows_a_chat_user() -> None:

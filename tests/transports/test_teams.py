@@ -169,16 +169,25 @@ async def test_the_fake_speaks_the_documented_wire(fake: FakeTeams) -> None:
     assert claims["iss"] == "https://api.botframework.com" and claims["serviceurl"] == fake.url
 
 
-async def test_a_429_from_the_connector_is_waited_out(fake: FakeTeams) -> None:
+async def test_a_429_from_the_connector_is_waited_out(fake: FakeTeams, tmp_path: Path) -> None:
+    """The 429 ends the send with Throttled; the outbox sends again when the Connector said."""
+    from rousseau.agent import Request, Response
+    from rousseau.agent.testing import FunctionProvider, text_reply
+    from tests.helpers import config_in, serving, until
+
+    def echo(request: Request) -> Response:
+        return text_reply("echo: " + request.messages[-1].text)
+
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}/api/messages"
     transport = transport_for(fake, port)
-    async with receiving_posts(transport, port):
+    async with serving(transport, config_in(tmp_path), FunctionProvider(echo), [OWNER]):
+        fake.limited = 1  # the next message activity (typing passes)
         hello = fake.message(PERSONAL, OWNER, "hello")
         assert await anyio.to_thread.run_sync(fake.post, endpoint, hello) == 200
-        fake.limited = 1
-        await transport.send(Outbound(transport="teams", chat_id=PERSONAL, text="hi"))
-    assert [p.text for p in fake.messages()] == ["hi"] and fake.limited == 0
+        await until(lambda: bool(fake.messages()), 20)
+        await anyio.sleep(0.5)
+    assert [p.text for p in fake.messages()] == ["echo: hello"] and fake.limited == 0
 
 
 async def test_a_declined_file_is_not_uploaded(fake: FakeTeams, tmp_path: Path) -> None:
