@@ -281,7 +281,10 @@ class MattermostTransport:
         message's recording is its one audio file."""
         if self.media is None:
             return []
-        infos = (post.get("metadata") or {}).get("files") or []
+        metadata = post.get("metadata") or {}
+        infos = metadata.get("files") or [] if isinstance(metadata, dict) else None
+        if not isinstance(infos, list) or not all(isinstance(i, dict) for i in infos):
+            raise Unreadable("post metadata is not an object with a list of files")
         return [
             Incoming(
                 name=text(info.get("name"), "file name"),

@@ -87,6 +87,26 @@ async def test_malformed_events_are_skipped_and_the_next_answered(
         json.dumps({"event": "posted", "data": {"post": "{broken"}, "seq": 91}),
         json.dumps({"event": "posted", "data": {"post": json.dumps({"user_id": 7})}, "seq": 92}),
         json.dumps({"event": "posted", "data": {"post": json.dumps([1, 2])}, "seq": 93}),
+        # metadata of the wrong shape: it once escaped the checks and restarted the stream
+        json.dumps(
+            {
+                "event": "posted",
+                "data": {
+                    "channel_type": "D",
+                    "post": json.dumps(
+                        {
+                            "id": "p" * 26,
+                            "user_id": OWNER_ID,
+                            "channel_id": DM_CHANNEL,
+                            "message": "hi",
+                            "create_at": 1,
+                            "metadata": "not an object",
+                        }
+                    ),
+                },
+                "seq": 94,
+            }
+        ),
     ]
     with capture_logs() as logs:
         async with serving(transport, config_in(tmp_path), FunctionProvider(echo), [OWNER_ID]):
