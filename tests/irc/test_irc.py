@@ -136,3 +136,21 @@ def test_a_transport_never_run_leaves_nothing_open() -> None:
         IRCTransport("127.0.0.1", "rbot_t3")
         gc.collect()
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+async def test_a_line_with_a_nul_is_taken_repaired_as_every_transport_repairs_one() -> None:
+    """A NUL in a line (pydle hands over what the socket said) is replaced, as every other
+    transport's checked messages are, before the store sees it."""
+    from pydle.features.rfc1459.parsing import RFC1459Message
+
+    from rousseau.messages import Inbound
+    from rousseau.transports.irc import IRCTransport
+
+    transport = IRCTransport("127.0.0.1", "rbot_t4")
+    transport._client = transport._client_for()
+    send, taken = anyio.create_memory_object_stream[Inbound](10)
+    transport._inbox = send
+    with send, taken:
+        transport._take(RFC1459Message("PRIVMSG", ["rbot_t4", "bad\x00line"], source="al!a@h"))
+        transport._take(RFC1459Message("PRIVMSG", ["rbot_t4", "good line"], source="al!a@h"))
+        assert [taken.receive_nowait().text for _ in range(2)] == ["bad\ufffdline", "good line"]
