@@ -412,6 +412,38 @@ def test_add_mattermost_checks_the_token_and_writes_its_section(
         fake.stop()
 
 
+def test_add_feishu_checks_the_app_and_writes_its_section(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    from tests.fakes.feishu import APP_ID, APP_SECRET, FakeFeishu
+    from tests.fakes.feishu import OWNER_ID as FEISHU_OWNER
+
+    fake = FakeFeishu().start()
+    try:
+        first = init_quietly(
+            env, "--yes", "--provider", "openai", "--api-key", KEY, "--no-check",
+            "--telegram-token", "123:abc", "--allow", "4242",
+        )  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        path = written(tmp_path)
+        before = path.read_text()
+        env |= {"ROUSSEAU_FEISHU_APP_ID": APP_ID, "ROUSSEAU_FEISHU_BASE_URL": fake.url}
+        refused = init_quietly(env | {"FEISHU_APP_SECRET": "wrong"}, "--add", "feishu",
+                               "--yes", "--allow", FEISHU_OWNER)  # fmt: skip
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "feishu.app_secret: Feishu refused the app's credentials" in refused.stderr
+        assert path.read_text() == before
+        added = init_quietly(env | {"FEISHU_APP_SECRET": APP_SECRET}, "--add", "feishu",
+                             "--yes", "--allow", FEISHU_OWNER)  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        assert APP_SECRET not in added.stdout + added.stderr
+        config = load_config(str(path), {"FEISHU_APP_SECRET": APP_SECRET})
+        assert config.feishu is not None and config.feishu.base_url == fake.url
+        assert config.feishu.app_id == APP_ID and config.feishu.allowlist == [FEISHU_OWNER]
+    finally:
+        fake.stop()
+
+
 def test_teams_serves_its_endpoint_while_it_waits_and_admits_the_first_message(
     tmp_path: Path, env: dict[str, str]
 ) -> None:

@@ -33,10 +33,11 @@ TRANSPORT_LABELS = {
     "mattermost": "Mattermost",
     "googlechat": "Google Chat",
     "teams": "Microsoft Teams",
+    "feishu": "Feishu/Lark",
 }
 _INIT_TRANSPORTS = [
     *("telegram", "discord", "slack", "whatsapp", "signal", "matrix", "email", "mattermost"),
-    *("googlechat", "teams"),
+    *("googlechat", "teams", "feishu"),
 ]
 """The transports `rousseau init` sets up."""
 

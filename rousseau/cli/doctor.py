@@ -38,6 +38,10 @@ SENDER_SHAPES = {
         re.compile(r"^[a-z0-9]{26}$"),
         "a user id (26 letters and digits, from the user's profile > Copy user ID), not a name",
     ),
+    "feishu": (
+        re.compile(r"^ou_[0-9a-f]{32}$"),
+        "an open_id (ou_ and 32 hex digits) of this app, not a name, user_id or union_id",
+    ),
     "googlechat": (re.compile(r"^users/\d+$"), "users/ and a number, as Chat names a person"),
     "teams": (
         re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),

@@ -270,6 +270,36 @@ PLATFORMS: dict[str, Platform] = {
             "Now send {me} a message in a personal chat in Teams.",
         ),
         Platform(
+            "feishu",
+            "a Feishu or Lark app's bot (long connection)",
+            "lark_oapi",
+            "Feishu/Lark: in the developer console (open.feishu.cn/app, or open.larksuite.com\n"
+            "for Lark) create a custom app, add the Bot ability, grant im:message,\n"
+            "im:message.group_at_msg:readonly, im:message.p2p_msg:readonly and im:resource,\n"
+            "subscribe to im.message.receive_v1 and card.action.trigger choosing 'receive events\n"
+            "through a persistent connection', and publish a version. Copy the App ID and\n"
+            "App Secret from Credentials & Basic Info.",
+            (
+                Ask("app_id", "The App ID (cli_...)", "The app's App ID.", starts=("cli_",)),
+                Ask(
+                    "app_secret",
+                    "The App Secret",
+                    "The app's App Secret (or FEISHU_APP_SECRET).",
+                    "FEISHU_APP_SECRET",
+                    secret=True,
+                ),
+                Ask(
+                    "base_url",
+                    "The open platform's address",
+                    "https://open.feishu.cn for Feishu, https://open.larksuite.com for Lark.",
+                    default="https://open.feishu.cn",
+                    starts=("https://", "http://"),
+                ),
+            ),
+            (),
+            "Now send the bot a direct message from your own Feishu account.",
+        ),
+        Platform(
             "email",
             "a mailbox (IMAP and SMTP)",
             "imapclient",

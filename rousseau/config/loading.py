@@ -49,6 +49,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "XMPP_PASSWORD": ("xmpp", "password"),
     "MATTERMOST_TOKEN": ("mattermost", "token"),
     "TEAMS_APP_PASSWORD": ("teams", "app_password"),
+    "FEISHU_APP_SECRET": ("feishu", "app_secret"),
 }
 _NOT_SETTINGS = frozenset({"ROUSSEAU_CONFIG"})
 

@@ -37,6 +37,7 @@ from rousseau.config.sections import (
 from rousseau.config.transports import (
     DiscordConfig,
     EmailConfig,
+    FeishuConfig,
     GoogleChatConfig,
     IMessageConfig,
     IRCConfig,
@@ -160,6 +161,9 @@ class Config(Section):
     """The Google Chat transport (an HTTP endpoint app), configured when present."""
     teams: TeamsConfig | None = None
     """The Microsoft Teams transport (a Bot Framework bot), configured when present."""
+    feishu: FeishuConfig | None = None
+    """The Feishu/Lark transport (an app's bot, on the long connection), configured when
+    present with its app_id."""
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""

@@ -280,6 +280,15 @@ class GoogleChatConfig(TransportConfig):
     """Where the certificates of Chat's tokens are fetched, instead of Google's."""
 
 
+class FeishuConfig(TransportConfig):
+    app_id: str | None = None
+    """The app's App ID (cli_...), from the developer console's Credentials & Basic Info."""
+    app_secret: SecretStr | None = None
+    """The app's App Secret (or FEISHU_APP_SECRET)."""
+    base_url: str = "https://open.feishu.cn"
+    """The open platform's address: Feishu's; https://open.larksuite.com for Lark."""
+
+
 class TeamsConfig(TransportConfig):
     app_id: str | None = None
     """The bot's Microsoft App ID (its Entra app registration's Application (client) ID)."""

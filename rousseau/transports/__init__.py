@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import structlog
 
@@ -36,6 +37,7 @@ TRANSPORTS = (
     "mattermost",
     "googlechat",
     "teams",
+    "feishu",
 )
 
 
@@ -319,6 +321,24 @@ def _teams(section: Any) -> Transport:
     )
 
 
+def _feishu(section: Any) -> Transport:
+    if section is None or not section.app_id:
+        raise ConfigError("feishu.app_id: not set (the app's App ID, cli_...)")
+    if section.app_secret is None:
+        raise ConfigError("feishu.app_secret: not set; set it or FEISHU_APP_SECRET")
+    address = urlsplit(section.base_url)
+    local = address.hostname in ("127.0.0.1", "localhost", "::1")
+    if address.scheme != "https" and not (address.scheme == "http" and local):
+        raise ConfigError(f"feishu.base_url: {section.base_url!r} is not an https address")
+    if address.path.strip("/") or address.query:
+        raise ConfigError(f"feishu.base_url: {section.base_url!r} has a path; give the origin")
+    from rousseau.transports.feishu import FeishuTransport
+
+    return FeishuTransport(
+        section.app_id, section.app_secret.get_secret_value(), base_url=section.base_url
+    )
+
+
 _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "telegram": _telegram,
     "slack": _slack,
@@ -334,6 +354,7 @@ _BUILDERS: dict[str, Callable[[Any], Transport]] = {
     "mattermost": _mattermost,
     "googlechat": _googlechat,
     "teams": _teams,
+    "feishu": _feishu,
 }
 
 

@@ -13,6 +13,7 @@ from tests.matrix.synapse import Synapse
 from tests.transports.conformance import Harness
 from tests.transports.harness_discord import DiscordHarness
 from tests.transports.harness_email import EmailHarness
+from tests.transports.harness_feishu import FeishuHarness
 from tests.transports.harness_googlechat import GoogleChatHarness
 from tests.transports.harness_imessage import IMessageHarness
 from tests.transports.harness_irc import IRCHarness
@@ -30,6 +31,7 @@ from tests.transports.harness_xmpp import XMPPHarness
 HARNESSES: dict[str, Callable[[], Any]] = {
     "discord": DiscordHarness,
     "email": EmailHarness,
+    "feishu": FeishuHarness,
     "googlechat": GoogleChatHarness,
     "imessage": IMessageHarness,
     "irc": IRCHarness,
