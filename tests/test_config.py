@@ -37,7 +37,7 @@ def test_example_file_loads_and_equals_the_defaults() -> None:
 def _paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     out = []
     for name, field in model.model_fields.items():
-        if name == "source":
+        if name in ("source", "resolved"):
             continue
         key = field.alias or name
         out.append(prefix + key)

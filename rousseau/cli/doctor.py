@@ -105,10 +105,25 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def _doctor_config_file(config: Config, report: Report, *, fix: bool) -> None:
-    """A config file holding secrets must be readable by its owner alone."""
+    """Secrets are better kept out of the file (env: or file: references); a file holding
+    some must be readable by its owner alone."""
     if not config.source:
         return
     path = Path(config.source)
+    from rousseau.config.loading import SECRET_ENV, plain_secrets
+
+    variables = {keys: var for var, keys in reversed(list(SECRET_ENV.items()))}
+    for key in plain_secrets(path):
+        parts = tuple(key.split("."))
+        var = variables.get(parts) if len(parts) == 2 else None
+        var = var or "ROUSSEAU_" + key.upper().replace(".", "_")
+        report.warn(
+            "secrets",
+            f"{key} is written in {path.name} in plain text; keep it elsewhere: "
+            f"{key.rpartition('.')[2]}: env:{var} (and set {var} in the service's "
+            f"environment), or file:/run/credentials/rousseau.service/{parts[-1]} "
+            "(a systemd credential, or a mounted secret's path)",
+        )
     mode = path.stat().st_mode & 0o777
     if not mode & 0o077:
         return

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -84,6 +85,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
         keys, annotation = found
         _set(data, keys, _env_value(value, annotation))
         origins[tuple(keys)] = var
+    resolved = _resolve_references(data, env, file.parent)
     from rousseau.config_go import translate_go_keys
 
     go = translate_go_keys(data)
@@ -95,6 +97,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
     except ValidationError as exc:
         raise ConfigError(_describe(exc, shown, origins)) from None
     config.source = str(file) if file.exists() else ""
+    config.resolved = resolved
     config.notices.update(go.notices)
     # A provider plugin named by `provider`, `fallback` or an agent, with no section: {}.
     named = [config.provider, *config.fallback, *(a.provider for a in config.agents.values())]
@@ -104,6 +107,109 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
     for name, section in plugins.items():
         config.plugins[name] = _configure(name, section, shown, origins)
     return config
+
+
+_REFERENCE = re.compile(r"^(?:env:([A-Za-z_][A-Za-z0-9_]*)|file:([^\n]+))$")
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+MAX_SECRET_FILE = 64 * 1024
+"""A secret file larger than this is not a secret (a wrong path, most likely)."""
+
+
+def _resolve_references(data: Any, env: Mapping[str, str], base: Path) -> list[str]:
+    """Each string value `env:NAME` or `file:PATH` replaced, in place, by what it names (a
+    file's text without its last newline; a relative path from the config file's folder;
+    $VARIABLES in it expanded, such as systemd's $CREDENTIALS_DIRECTORY); the values found.
+    A reference that names nothing is a ConfigError naming the key."""
+    found: list[str] = []
+
+    def resolve(value: str, path: list[str]) -> str:
+        match = _REFERENCE.match(value)
+        if match is None:
+            return value
+        key = ".".join(path) or "(top level)"
+        name, where = match.groups()
+        if name is not None:
+            if name not in env:
+                raise ConfigError(f"{key}: env:{name} names a variable that is not set")
+            said = env[name]
+        else:
+            said = _read_secret(_expanded(where.strip(), env, key), base, key)
+        found.append(said)
+        return said
+
+    def walk(node: Any, path: list[str]) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for k, v in list(items):
+            if isinstance(v, str):
+                node[k] = resolve(v, [*path, str(k)])
+            elif isinstance(v, dict | list):
+                walk(v, [*path, str(k)])
+
+    walk(data, [])
+    return [s for s in found if s]
+
+
+def _expanded(path: str, env: Mapping[str, str], key: str) -> str:
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in env:
+            raise ConfigError(f"{key}: file:{path} uses ${name}, which is not set")
+        return env[name]
+
+    return _VARIABLE.sub(variable, path)
+
+
+def _read_secret(path: str, base: Path, key: str) -> str:
+    file = Path(path).expanduser()
+    file = file if file.is_absolute() else base / file
+    try:
+        if file.stat().st_size > MAX_SECRET_FILE:
+            raise ConfigError(f"{key}: file:{path} is larger than a secret ({file})")
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{key}: file:{path}: cannot read {file}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{key}: file:{path}: {file} is not text") from None
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def plain_secrets(file: Path) -> list[str]:
+    """The keys of `file` holding a secret written out (not an env: or file: reference),
+    by the config's own notion of a secret (its SecretStr keys)."""
+    data = _read_yaml(file, required=False)
+    found: list[str] = []
+
+    def walk(node: Any, model: type[BaseModel] | None, path: list[str]) -> None:
+        if not isinstance(node, dict) or model is None:
+            return
+        for key, value in node.items():
+            field = model.model_fields.get(str(key))
+            if field is None:
+                continue
+            where = [*path, str(key)]
+            if _is_secret(field.annotation):
+                if isinstance(value, str) and value and _REFERENCE.match(value) is None:
+                    found.append(".".join(where))
+                continue
+            sub = _model_of(field.annotation)
+            if sub is not None:
+                walk(value, sub, where)
+            elif typing.get_origin(field.annotation) is dict and isinstance(value, dict):
+                args = typing.get_args(field.annotation)
+                inner = _model_of(args[1]) if len(args) == 2 else None
+                for name, each in value.items():
+                    walk(each, inner, [*where, str(name)])
+
+    walk(data, Config, [])
+    return found
+
+
+def _is_secret(annotation: Any) -> bool:
+    from pydantic import SecretStr
+
+    if annotation is SecretStr:
+        return True
+    return SecretStr in typing.get_args(annotation)
 
 
 def _plugin_sections(data: dict[str, Any]) -> dict[str, Any]:
@@ -204,7 +310,7 @@ def _unknown_key(loc: tuple[str, ...], root: type[BaseModel] = Config) -> str:
         model = _model_of(field.annotation)
     if model is None or not loc:
         return "unknown key"
-    keys = [f.alias or name for name, f in model.model_fields.items() if name != "source"]
+    keys = [f.alias or n for n, f in model.model_fields.items() if n not in ("source", "resolved")]
     near = difflib.get_close_matches(loc[-1], keys, n=1, cutoff=0.6)
     return f"unknown key; did you mean {near[0]}?" if near else "unknown key"
 
@@ -224,7 +330,7 @@ def _env_keys(model: type[BaseModel], rest: str) -> tuple[list[str], Any] | None
     fields = sorted(model.model_fields.items(), key=lambda kv: -len(kv[1].alias or kv[0]))
     for name, field in fields:
         key = field.alias or name
-        if key == "source" and model is Config:
+        if key in ("source", "resolved") and model is Config:
             continue
         if rest == key:
             return [key], field.annotation

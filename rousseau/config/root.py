@@ -167,6 +167,9 @@ class Config(Section):
 
     source: str = Field(default="", exclude=True)
     """Where the file came from (empty when only defaults and environment were used)."""
+    resolved: list[str] = Field(default_factory=list, exclude=True, repr=False)
+    """The values `env:` and `file:` references resolved to (masked like secrets wherever
+    the config is shown or logged)."""
     _notices: dict[str, str] = PrivateAttr(default_factory=dict)
     _plugins: dict[str, Configured] = PrivateAttr(default_factory=dict)
 
@@ -292,4 +295,4 @@ class Config(Section):
         walk(self)
         for configured in self._plugins.values():
             walk(configured.section)
-        return [s for s in found if s]
+        return [s for s in [*found, *self.resolved] if s]
