@@ -17,12 +17,12 @@ from typing import Any
 
 import anyio
 import structlog
-from anyio.abc import SocketStream
+from anyio.abc import SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from rousseau import web
-from rousseau.agent import Provider, TransportAuthError
-from rousseau.assembly import VOICE_HINT, Parts, SupportsAclose, assemble, media_intake
+from rousseau.agent import Provider, RousseauError, TransportAuthError
+from rousseau.assembly import VOICE_HINT, Parts, SupportsAclose, assemble, media_intake, reload
 from rousseau.backoff import backoff
 from rousseau.config import Config
 from rousseau.log import duration
@@ -36,7 +36,7 @@ from rousseau.state.backend import Backend, open_backend
 from rousseau.state.cluster import elected
 from rousseau.state.lock import DaemonLock
 from rousseau.transports import build_transports
-from rousseau.transports.abilities import Abilities
+from rousseau.transports.abilities import Abilities, TakesFiles
 from rousseau.transports.base import Transport
 
 __all__ = ["FULL_COLLECTION_EVERY", "VOICE_HINT", "Daemon", "run", "sd_notify"]
@@ -74,8 +74,10 @@ class Daemon:
     ) -> None:
         self.config = config
         self.provider = provider
+        self._given = transports is not None
         self.transports = transports if transports is not None else build_transports(config, only)
-        self.chat_policies = {**configured_policies(config), **(chat_policies or {})}
+        self._given_policies = dict(chat_policies or {})
+        self.chat_policies = {**configured_policies(config), **self._given_policies}
         self._media = media_intake(config)
         """Where the transports put inbound files, and where the sweep finds the blob store."""
         self.metrics = Metrics()
@@ -87,6 +89,14 @@ class Daemon:
         """Each transport's last failure (it was restarted after it)."""
         self.forced = False
         """A second signal ended the graceful stop."""
+        self.parts: Parts | None = None
+        self._tg: TaskGroup | None = None
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        """Each transport's serving, to restart one alone when its section changes."""
+        self._reloading = anyio.Lock()
+        self.reloaded: dict[str, Any] = {"digest": config.digest()}
+        """What `rousseau status` and `rousseau reload` read: the config's digest, and how
+        the last reload went."""
 
     async def run(self) -> int:
         config = self.config
@@ -121,6 +131,7 @@ class Daemon:
                         provider=self.provider,
                     )
                     probes.start_soon(_built, parts.provider, started)
+                    self.parts = parts
                     async with parts.tools_connected():
                         await self._serve(parts, listeners)
                 finally:
@@ -168,7 +179,9 @@ class Daemon:
         cut short by a second signal."""
         router, cluster = parts.router, parts.backend.cluster
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             tg.start_soon(self._signals, router, tg.cancel_scope)
+            tg.start_soon(self._hangups)
             await tg.start(router.run)
             await tg.start(parts.scheduler.run)
             if cluster is not None:
@@ -176,7 +189,7 @@ class Daemon:
                 if router.approvals is not None:
                     tg.start_soon(router.approvals.hear)
             for transport in self.transports.values():
-                tg.start_soon(self._serve_transport, transport, parts)
+                tg.start_soon(self._serve_scoped, transport, parts)
             tg.start_soon(self._sweep, router)
             if parts.indexer is not None:
                 tg.start_soon(parts.indexer.run)
@@ -218,6 +231,109 @@ class Daemon:
                 self.stop()
                 if sig == signal.SIGINT and sys.stderr.isatty():  # a person at a terminal
                     sys.stderr.write(_stopping(router.chats_busy, self.config.shutdown_grace))
+
+    async def _hangups(self) -> None:
+        """SIGHUP reloads the config (as `rousseau reload` asks)."""
+        with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+            async for _ in signals:
+                await self.reload()
+
+    async def reload(self) -> bool:
+        """The config file read again and, if it is good, applied to the running daemon (see
+        rousseau.assembly.reload): what changes live changes, a transport whose own section
+        changed is restarted alone, and what needs a restart is named. A broken file
+        changes nothing. Whether it was applied."""
+        async with self._reloading:
+            try:
+                new = await anyio.to_thread.run_sync(self.config.reread)
+            except RousseauError as exc:
+                log.error("config.reload_refused", error=str(exc), kept=self.reloaded["digest"])
+                self._reloaded(ok=False, error=str(exc))
+                return False
+            parts = self.parts
+            if parts is None:
+                self._reloaded(ok=False, error="the daemon is still starting")
+                return False
+            old = self.config
+            try:
+                needs = await reload(parts, new)
+            except Exception as exc:  # a part the new config cannot build: keep the old
+                log.error("config.reload_failed", error=str(exc) or type(exc).__name__)
+                self._reloaded(ok=False, error=str(exc) or type(exc).__name__)
+                return False
+            self.chat_policies.clear()
+            self.chat_policies.update({**configured_policies(new), **self._given_policies})
+            self.config = new
+            restarted, more = await self._restart_changed(old, new, parts)
+            needs += more
+            for line in needs:
+                log.warning("config.needs_restart", change=line)
+            log.info("config.reloaded", digest=new.digest(), restarted=restarted)
+            self._reloaded(ok=True, needs=needs, restarted=restarted)
+            return True
+
+    def _reloaded(self, **how: Any) -> None:
+        self.reloaded = {"digest": self.config.digest(), "at": time.time(), **how}
+
+    async def _restart_changed(
+        self, old: Config, new: Config, parts: Parts
+    ) -> tuple[list[str], list[str]]:
+        """Each transport whose own section changed (beyond who may talk and how a group
+        is answered, which apply live) stopped and built again from its new section; the
+        ones restarted, and what needs a whole restart instead."""
+        restarted: list[str] = []
+        needs: list[str] = []
+        for name in list(self.transports):
+            was, now = _section(old, name), _section(new, name)
+            if was == now:
+                continue
+            if was is None or now is None:
+                needs.append(f"{name}: a transport added or removed")
+                continue
+            changed = {k for k in was.keys() | now.keys() if was.get(k) != now.get(k)}
+            if changed <= LIVE_KEYS:
+                continue
+            if changed & ROUTER_KEYS or self._given:  # (a caller's transports: not rebuilt)
+                keys = ", ".join(sorted(changed - LIVE_KEYS))
+                needs.append(f"{name}: {keys}")
+                continue
+            if getattr(self.transports[name], "posts", None) is not None:
+                needs.append(f"{name}: its section (it takes posts on the daemon's server)")
+                continue
+            await self._restart_transport(name, new, parts)
+            restarted.append(name)
+        for name in new.transport_sections().keys() - self.transports.keys():
+            needs.append(f"{name}: a transport added or removed")
+        return restarted, needs
+
+    async def _restart_transport(self, name: str, config: Config, parts: Parts) -> None:
+        """The transport stopped, its serving (and its outbox's delivery) ended, and a new
+        one built from `config` served in its place; what it had not acknowledged its
+        platform sends again, and its outbox is delivered by the new one."""
+        from rousseau.transports.unreadable import count_refused
+
+        fresh = build_transports(config, name)[name]
+        fresh.bind_state(parts.backend.transport_state(name))
+        count_refused(fresh, self.metrics.failed_inbound.labels(name).inc)
+        if isinstance(fresh, TakesFiles):
+            fresh.bind_media(self._media)
+        old = self.transports[name]
+        await _quietly(old.stop)
+        scope = self._scopes.pop(name, None)
+        if scope is not None:
+            scope.cancel()
+        await _quietly(old.aclose)
+        self.transports[name] = fresh  # the router's map too: it is the same dict
+        self.stopped.pop(name, None)
+        self.errors.pop(name, None)
+        assert self._tg is not None
+        self._tg.start_soon(self._serve_scoped, fresh, parts)
+        log.info("config.transport_restarted", transport=name)
+
+    async def _serve_scoped(self, transport: Transport, parts: Parts) -> None:
+        with anyio.CancelScope() as scope:
+            self._scopes[transport.name] = scope
+            await self._serve_transport(transport, parts)
 
     async def _serve_transport(self, transport: Transport, parts: Parts) -> None:
         """A transport, supervised, and the delivery of its replies; where daemons share the
@@ -282,13 +398,14 @@ class Daemon:
 
     async def _publish(self, lock: DaemonLock) -> None:
         """Keep what `rousseau status` reads up to date (written when it changes)."""
-        last: dict[str, dict[str, Any]] | None = None
+        last: dict[str, Any] | None = None
         while True:
             states = self.transport_states()
-            if states != last:
+            now = {"transports": states, "config": self.reloaded}
+            if now != last:
                 try:
-                    await anyio.to_thread.run_sync(lock.publish, states)
-                    last = states
+                    await anyio.to_thread.run_sync(lock.publish, states, self.reloaded)
+                    last = now
                 except OSError as exc:
                     log.warning("daemon.publish_failed", error=str(exc))
             await anyio.sleep(PUBLISH_EVERY)
@@ -327,6 +444,17 @@ def run(config: Config, only: str | None = None) -> int:
     """Entry point for `rousseau run` and `rousseau <transport>`."""
     daemon = Daemon(config, only=only)
     return anyio.run(daemon.run)
+
+
+LIVE_KEYS = frozenset({"allowlist", "policy", "require_mention", "reply_header", "agent"})
+"""A transport's keys a reload applies without touching it (chat policies and routes)."""
+ROUTER_KEYS = frozenset({"streaming", "progress", "ack_reaction", "voice_replies"})
+"""A transport's keys the router fixes at start-up: a change needs a restart."""
+
+
+def _section(config: Config, name: str) -> dict[str, Any] | None:
+    section = config.transport_sections().get(name)
+    return None if section is None else section.model_dump()
 
 
 def _stopping(busy: int, grace: float) -> str:

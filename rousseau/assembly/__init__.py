@@ -26,6 +26,7 @@ from rousseau.assembly.parts import (
     agent_config,
     assemble,
     build_router,
+    reload,
     stream_settings,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "close_tools",
     "connected_agent",
     "media_intake",
+    "reload",
     "stream_settings",
     "tool_files",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +16,9 @@ import anyio
 import structlog
 
 from rousseau import web
-from rousseau.agent import Agent, ConfigError, Provider
+from rousseau.agent import Agent, Attachment, ConfigError, Provider
 from rousseau.agent.approval import AskFn
-from rousseau.agents import routes_of, turn_limits
+from rousseau.agents import Routes, routes_of, turn_limits
 from rousseau.approvals import ChatApprovals, load_shell_parser
 from rousseau.assembly.agent import build_agent, build_approver, build_registry, hybrid_recall
 from rousseau.assembly.models import AgentModels, agent_models, build_meter
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from anyio.streams.stapled import MultiListener
 
     from rousseau.state.hybrid import Indexer, VectorRecall
+    from rousseau.state.protocol import ProfileStore
     from rousseau.tools.delegate import DelegateTool
 
 log = structlog.get_logger("rousseau.daemon")
@@ -89,11 +90,21 @@ class Parts:
     """What checks budgets before model calls and records what they cost."""
     models: dict[str, AgentModels] = dataclasses.field(default_factory=dict)
     """Each agent's providers by job (turns, compaction, heartbeat, cron, delegation)."""
+    approvals: ChatApprovals | None = None
+    meaning: VectorRecall | None = None
+    given: Provider | None = None
+    """The provider the caller gave (kept across a reload), if any."""
+    cron_tool: CronTool | None = None
+    shared: Shared | None = None
+    """Where MCP servers' tools are registered (every agent's registry)."""
+    faces: list[Any] = dataclasses.field(default_factory=list)
+    """The web faces served (their keys and passwords change on a reload)."""
 
     def tools_connected(self) -> AbstractAsyncContextManager[list[MCPConnection]]:
         """The configured MCP servers connected, their tools given to every agent, while
         the block runs."""
-        return mcp_tools(self.config.mcp_servers, Shared(self.registries))
+        self.shared = Shared(self.registries)
+        return mcp_tools(self.config.mcp_servers, self.shared)
 
     def server(
         self,
@@ -124,6 +135,7 @@ class Parts:
             posts=posts,
             meter=self.meter,
         )
+        self.faces.append(face)
         return functools.partial(web.serve, face)
 
 
@@ -148,6 +160,7 @@ async def assemble(
         count_refused(transport, metrics.failed_inbound.labels(name).inc)
         if isinstance(transport, TakesFiles):
             transport.bind_media(media)
+    given = provider
     made: list[Provider] = []
     if provider is not None:
         name, why = provider.name, "given by the caller"
@@ -161,11 +174,6 @@ async def assemble(
         made.append(provider)
     log.info("daemon.starting", provider=name, reason=why, transports=sorted(transports))
     default = config.for_agent(DEFAULT_AGENT)
-    store = backend.store
-    registry = _tools(default, transports, media)
-    delegates = {DEFAULT_AGENT: _delegate(default, registry, backend)}
-    cron_tool = CronTool(backend.jobs, timezone=default.cron.timezone)
-    registry.register(cron_tool)
     sections = [default.agent, *default.agents.values()]
     # The owner logged in to the web face is an owner: told in its chat how to answer, and
     # able to answer on the dashboard anyway.
@@ -181,38 +189,21 @@ async def assemble(
         meter = build_meter(
             config, backend.spending, metrics=metrics, told=backend.transport_state("costs")
         )
-    models = {
-        DEFAULT_AGENT: agent_models(default, provider, name, meter=meter, made=made, store=store)
-    }
-    agent = build_agent(
-        default,
-        models[DEFAULT_AGENT].turn,
-        store,
-        registry=registry,
-        ask=_ask(approvals, default),
-        profiles=backend.profiles,
+    built = build_agents(
+        config,
+        backend,
+        transports,
+        provider=provider,
+        provider_name=name,
+        made=made,
+        approvals=approvals,
+        media=media,
         metrics=metrics,
         meaning=meaning,
-        compaction=models[DEFAULT_AGENT].compaction,
+        meter=meter,
     )
-    registries = [registry]
-    agents = _agents(
-        config,
-        provider,
-        name,
-        backend,
-        approvals,
-        transports,
-        media,
-        registries,
-        made,
-        metrics,
-        meaning,
-        meter,
-        models,
-        delegates,
-    )
-    _bind_delegates(config, delegates, {DEFAULT_AGENT: agent, **agents}, models)
+    agent, agents, registry, models = built.agent, built.agents, built.registry, built.models
+    registries, cron_tool = built.registries, built.cron_tool
     router = build_router(
         default,
         backend,
@@ -254,6 +245,231 @@ async def assemble(
         indexer=indexer,
         meter=meter,
         models=models,
+        approvals=approvals,
+        meaning=meaning,
+        given=given,
+        cron_tool=cron_tool,
+    )
+
+
+def _routes(config: Config, transports: Mapping[str, Transport]) -> Routes:
+    return dataclasses.replace(
+        routes_of(config, transports), chosen_by_sender=web.CHOOSE_AGENT & transports.keys()
+    )
+
+
+def _file_moves(
+    config: Config, media: MediaIntake
+) -> dict[str, Callable[[Attachment], Awaitable[Attachment]]]:
+    return {
+        name: functools.partial(move_to_workspace, media.blobs, source=media.workspace, target=ws)
+        for name in config.agents
+        if (ws := Path(config.for_agent(name).agent.workspace).expanduser()) != media.workspace
+    }
+
+
+def _profiles(config: Config, backend: Backend) -> dict[str, ProfileStore]:
+    return {
+        name: backend.profiles
+        for name in {DEFAULT_AGENT, *config.agents}
+        if config.for_agent(name).agent.memory.enabled
+    }
+
+
+async def reload(parts: Parts, config: Config) -> list[str]:
+    """`config`'s agents, routes, approver rules, prompts, models, budgets, rate limits, cron
+    settings and web keys in place of the running ones (turns already running finish on
+    theirs); what could not change without a restart, one line each."""
+    old = parts.config
+    needs: list[str] = []
+    if config.agent.approver is not None or config.cron.approver is not None:
+        await anyio.to_thread.run_sync(load_shell_parser)
+    sections = [config.agent, *config.agents.values()]
+    if parts.approvals is None and any(a.approver is not None for a in sections):
+        needs.append("agent.approver: the first approver (approvals by chat start at start-up)")
+    made: list[Provider] = []
+    provider = parts.given
+    if provider is not None:
+        name = provider.name
+    else:
+        name, _ = await anyio.to_thread.run_sync(detect_provider, config)
+        provider = LazyProvider(
+            name, functools.partial(build_provider, config, name, store=parts.backend.store)
+        )
+        made.append(provider)
+    _remeter(parts, config)
+    built = build_agents(
+        config,
+        parts.backend,
+        parts.transports,
+        provider=provider,
+        provider_name=name,
+        made=made,
+        approvals=parts.approvals,
+        media=parts.media,
+        metrics=parts.metrics,
+        meaning=parts.meaning,
+        meter=parts.meter,
+    )
+    _keep_mcp_tools(parts, built)
+    router = parts.router
+    router.swap(
+        agent=built.agent,
+        agents=built.agents,
+        routes=_routes(config, parts.transports),
+        file_moves=_file_moves(config, parts.media),
+        profiles=_profiles(config, parts.backend),
+        agent_turns=turn_limits(config),
+    )
+    rl = config.ratelimit
+    limiter = router.rate_limiter
+    limiter.default = parse_rate(rl.default)
+    limiter.per_transport = {k: parse_rate(v) for k, v in rl.per_transport.items()}
+    limiter.max_keys = rl.max_keys
+    router.admission.denied_reply = rl.denied_reply
+    scheduler = parts.scheduler
+    scheduler.runner = _scheduler(
+        config, router, parts.backend, built.registry, parts.metrics, built.models
+    ).runner
+    everyone = {DEFAULT_AGENT: built.agent, **built.agents}
+    await _heartbeats(config, scheduler, parts.backend, everyone, built.models, parts.meter)
+    built.cron_tool.on_change = scheduler.wake
+    for face in parts.faces:
+        _reface(face, config)
+    needs += _restart_only(old, config)
+    parts.config, parts.registries, parts.models = config, built.registries, built.models
+    parts.providers.extend(made)  # the old ones too are closed at the end
+    parts.cron_tool = built.cron_tool
+    return needs
+
+
+def _remeter(parts: Parts, config: Config) -> None:
+    """The budgets, prices and owners of `config` on the running meter (what was spent kept)."""
+    if parts.meter is None or parts.backend.spending is None:
+        return
+    fresh, meter = build_meter(config, parts.backend.spending), parts.meter
+    meter.budgets, meter.prices = fresh.budgets, fresh.prices
+    meter.owners, meter.zone = fresh.owners, fresh.zone
+
+
+def _keep_mcp_tools(parts: Parts, built: Agents) -> None:
+    """The connected MCP servers' tools in the new agents' registries, and their
+    reconnections registering there from now on."""
+    if parts.shared is None:
+        return
+    first = parts.registries[0]
+    for name in first.names():
+        if built.registry.get(name) is None:
+            for registry in built.registries:
+                registry.register(first.get(name))
+    parts.shared.registries = list(built.registries)
+
+
+def _restart_only(old: Config, new: Config) -> list[str]:
+    """What changed that only a restart applies, one line each."""
+    needs = []
+    if new.mcp_servers != old.mcp_servers:
+        needs.append("mcp_servers: servers added, removed or changed")
+    for key in ("state", "health", "embeddings", "max_concurrent_turns", "send_timeout"):
+        if getattr(new, key) != getattr(old, key):
+            needs.append(f"{key}: fixed at start-up")
+    listens = [(c.web.listen if c.web is not None else None) for c in (old, new)]
+    if listens[0] != listens[1]:
+        needs.append("web.listen: the web face's address")
+    return needs
+
+
+def _reface(face: Any, config: Config) -> None:
+    """A web face's keys and passwords as `config` sets them (its logins kept)."""
+    section = config.web
+    if face.config is None or section is None:
+        return
+    face.config = section
+    logins = face.logins
+    if logins is not None:
+        logins.password_hash = (
+            section.password_hash.get_secret_value() if section.password_hash else None
+        )
+        logins.chat_users = {n: h.get_secret_value() for n, h in section.chat_users.items()}
+        logins.ttl = section.session_ttl
+
+
+@dataclass(kw_only=True, slots=True)
+class Agents:
+    """The agents of a config and what they are made of."""
+
+    agent: Agent
+    """The default agent."""
+    agents: dict[str, Agent]
+    registry: Registry
+    registries: list[Registry]
+    models: dict[str, AgentModels]
+    cron_tool: CronTool
+
+
+def build_agents(
+    config: Config,
+    backend: Backend,
+    transports: dict[str, Transport],
+    *,
+    provider: Provider,
+    provider_name: str,
+    made: list[Provider],
+    approvals: ChatApprovals | None,
+    media: MediaIntake,
+    metrics: Metrics,
+    meaning: VectorRecall | None,
+    meter: Meter | None,
+) -> Agents:
+    """Every agent of `config`: its tools, models, approver and prompt (the providers made
+    for it appended to `made`)."""
+    default = config.for_agent(DEFAULT_AGENT)
+    store = backend.store
+    registry = _tools(default, transports, media)
+    delegates = {DEFAULT_AGENT: _delegate(default, registry, backend)}
+    cron_tool = CronTool(backend.jobs, timezone=default.cron.timezone)
+    registry.register(cron_tool)
+    models = {
+        DEFAULT_AGENT: agent_models(
+            default, provider, provider_name, meter=meter, made=made, store=store
+        )
+    }
+    agent = build_agent(
+        default,
+        models[DEFAULT_AGENT].turn,
+        store,
+        registry=registry,
+        ask=_ask(approvals, default),
+        profiles=backend.profiles,
+        metrics=metrics,
+        meaning=meaning,
+        compaction=models[DEFAULT_AGENT].compaction,
+    )
+    registries = [registry]
+    agents = _agents(
+        config,
+        provider,
+        provider_name,
+        backend,
+        approvals,
+        transports,
+        media,
+        registries,
+        made,
+        metrics,
+        meaning,
+        meter,
+        models,
+        delegates,
+    )
+    _bind_delegates(config, delegates, {DEFAULT_AGENT: agent, **agents}, models)
+    return Agents(
+        agent=agent,
+        agents=agents,
+        registry=registry,
+        registries=registries,
+        models=models,
+        cron_tool=cron_tool,
     )
 
 
@@ -276,23 +492,10 @@ def build_router(
     router = Router(
         agent=agent,
         agents=agents,
-        routes=dataclasses.replace(
-            routes_of(config, transports),
-            chosen_by_sender=web.CHOOSE_AGENT & transports.keys(),
-        ),
-        file_moves={
-            name: functools.partial(
-                move_to_workspace, media.blobs, source=media.workspace, target=ws
-            )
-            for name in config.agents
-            if (ws := Path(config.for_agent(name).agent.workspace).expanduser()) != media.workspace
-        },
+        routes=_routes(config, transports),
+        file_moves=_file_moves(config, media),
         approvals=approvals,
-        profiles={
-            name: backend.profiles
-            for name in {DEFAULT_AGENT, *config.agents}
-            if config.for_agent(name).agent.memory.enabled
-        },
+        profiles=_profiles(config, backend),
         store=backend.store,
         daemon_state=backend.state,
         transport_state=backend.transport_state,

@@ -237,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("version", help="print the version").set_defaults(func="status:version")
+    reload = sub.add_parser(
+        "reload",
+        help="apply the changed config file to the running daemon (as SIGHUP does); a "
+        "broken file changes nothing and names the key",
+    )
+    reload.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for the daemon's answer"
+    )
+    reload.set_defaults(func="reload:reload")
     sub.add_parser(
         "status", help="the provider, the store and its counts, and whether a daemon runs"
     ).set_defaults(func="status:status")

@@ -110,9 +110,21 @@ def daemon_status(db: str) -> bool:
         print("daemon     not running")
         return False
     print(f"daemon     running, pid {info.pid}, since {when(info.started_at)}")
+    if info.config.get("digest"):
+        print(f"  config   {info.config['digest']}" + _reloaded(info.config))
     for name, state in sorted(info.transports.items()):
         if "stopped" in state:
             print(f"  {name:<9} stopped: {state['stopped']}")
         else:
             print(f"  {name:<9} {'up' if state.get('connected') else 'down (reconnecting)'}")
     return True
+
+
+def _reloaded(config: dict[str, object]) -> str:
+    """How the last reload went, as `status` shows it after the config's digest."""
+    if "at" not in config:
+        return ""
+    at = float(config["at"])  # type: ignore[arg-type]
+    if config.get("ok"):
+        return f" (reloaded {when(at)})"
+    return f" (a reload {when(at)} was refused: {config.get('error', '')})"

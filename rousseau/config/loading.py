@@ -98,6 +98,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
         raise ConfigError(_describe(exc, shown, origins)) from None
     config.source = str(file) if file.exists() else ""
     config.resolved = resolved
+    config._environ = env
     config.notices.update(go.notices)
     # A provider plugin named by `provider`, `fallback` or an agent, with no section: {}.
     named = [config.provider, *config.fallback, *(a.provider for a in config.agents.values())]

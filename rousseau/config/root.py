@@ -4,6 +4,7 @@ the checks that span sections (agents named by routes and transports exist).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -171,6 +172,8 @@ class Config(Section):
     """The values `env:` and `file:` references resolved to (masked like secrets wherever
     the config is shown or logged)."""
     _notices: dict[str, str] = PrivateAttr(default_factory=dict)
+    _environ: Mapping[str, str] | None = PrivateAttr(default=None)
+    """The environment the config was read with (a reload reads the file with it again)."""
     _plugins: dict[str, Configured] = PrivateAttr(default_factory=dict)
 
     @property
@@ -277,6 +280,28 @@ class Config(Section):
         """Whether agent `name` names a provider or model of its own."""
         agent = self.agents.get(name)
         return agent is not None and (agent.provider is not None or agent.model is not None)
+
+    def reread(self) -> Config:
+        """The same file read again, with the same environment (a ConfigError if it is now
+        broken, or if there is no file)."""
+        from rousseau.agent.errors import ConfigError
+        from rousseau.config.loading import load_config
+
+        if not self.source:
+            raise ConfigError("no config file to read again (the daemon runs on defaults)")
+        return load_config(self.source, self._environ)
+
+    def digest(self) -> str:
+        """What identifies the file read (its bytes' hash; empty without a file)."""
+        import hashlib
+        from pathlib import Path
+
+        if not self.source:
+            return ""
+        try:
+            return hashlib.sha256(Path(self.source).read_bytes()).hexdigest()[:12]
+        except OSError:
+            return ""
 
     def secrets(self) -> list[str]:
         """Every secret value set anywhere, for scrubbing tool environments and logs."""

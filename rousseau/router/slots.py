@@ -4,7 +4,7 @@ an agent's own limit; a turn waiting for a person gives its slot back meanwhile.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 
@@ -30,6 +30,16 @@ class TurnSlots:
         self._agents = {
             name: anyio.CapacityLimiter(turns) for name, turns in settings.agent_turns.items()
         }
+
+    def limit_agents(self, turns: Mapping[str, int]) -> None:
+        """Agents' own limits as a reloaded config sets them (a kept agent's limiter kept,
+        resized, so the turns it counts stay counted)."""
+        kept = {}
+        for name, most in turns.items():
+            limiter = self._agents.get(name) or anyio.CapacityLimiter(most)
+            limiter.total_tokens = most
+            kept[name] = limiter
+        self._agents = kept
 
     @asynccontextmanager
     async def hold(self, agent: str) -> AsyncIterator[None]:

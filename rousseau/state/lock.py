@@ -34,6 +34,8 @@ class DaemonInfo:
     started_at: float
     updated_at: float = 0.0
     transports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    """The config it runs: its digest, and how its last reload went."""
 
 
 def lock_path(db: Path) -> Path:
@@ -68,13 +70,16 @@ class DaemonLock:
         self._fd = fd
         self.publish({})
 
-    def publish(self, transports: dict[str, dict[str, Any]]) -> None:
+    def publish(
+        self, transports: dict[str, dict[str, Any]], config: dict[str, Any] | None = None
+    ) -> None:
         """Write what `rousseau status` shows (atomically: a reader never sees half)."""
         info = {
             "pid": os.getpid(),
             "started_at": self.started_at,
             "updated_at": time.time(),
             "transports": transports,
+            "config": config or {},
         }
         target = info_path(self.db)
         scratch = target.with_name(target.name + f".{os.getpid()}")
@@ -128,6 +133,7 @@ def running(db: str | Path) -> DaemonInfo | None:
             started_at=float(data["started_at"]),
             updated_at=float(data.get("updated_at", 0.0)),
             transports=dict(data.get("transports", {})),
+            config=dict(data.get("config") or {}),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return DaemonInfo(pid=pid, started_at=started)

@@ -1,0 +1,173 @@
+"""Live reload of `rousseau run` (a subprocess, Telegram and Mattermost through their fakes):
+an allowlist, a system prompt and an approver rule changed by `rousseau reload` and by SIGHUP
+apply to the next message, in the same process, nothing lost; a broken file keeps the
+running config and names the key; a changed transport section restarts that transport
+alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
+from tests.fakes.mattermost import OWNER_ID, TOKEN, FakeMattermost
+from tests.fakes.telegram import FakeTelegram
+from tests.helpers import ROUSSEAU
+from tests.test_daemon import Daemon, taken_in
+
+
+def model(recorded: Recorded) -> Reply:
+    """`run` asks for bash; a tool's result is told back; anything else is echoed with the
+    system prompt's first line."""
+    messages = recorded.body["messages"]
+    last = messages[-1]
+    if last["role"] == "tool":
+        return openai_stream(openai_completion(f"tool said: {last['content']}"))
+    if "run" in str(last["content"]):
+        return openai_stream(openai_completion(tool_calls=[("bash", {"command": "echo ran"})]))
+    prompt = str(messages[0]["content"]).splitlines()[0]
+    return openai_stream(openai_completion(f"[{prompt}] {last['content']}"))
+
+
+@pytest.fixture
+def llm(fake_llm: FakeLLMServer) -> FakeLLMServer:
+    fake_llm.responder = model
+    return fake_llm
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, telegram: FakeTelegram, llm: FakeLLMServer) -> Iterator[Daemon]:
+    d = Daemon(tmp_path, telegram, llm)
+    write(d, allowlist=[42], prompt="You are A.", bash="deny")
+    yield d
+    if d.proc is not None and d.proc.poll() is None:
+        d.proc.kill()
+        d.proc.wait()
+
+
+def write(d: Daemon, *, allowlist: list[int], prompt: str, bash: str, **more: Any) -> None:
+    data = json.loads(d.config.read_text())
+    data["telegram"]["allowlist"] = allowlist
+    data["agent"]["system_prompt"] = prompt
+    data["agent"]["approver"] = {"mode": "pattern", bash: [{"tool": "bash"}]}
+    data.update(more)
+    d.config.write_text(json.dumps(data))
+
+
+def reload(d: Daemon) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "HOME": str(d.config.parent)}
+    return subprocess.run(
+        [*ROUSSEAU, "--config", str(d.config), "reload"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def said(telegram: FakeTelegram, count: int) -> list[tuple[int, str]]:
+    return [(s.chat_id, s.text) for s in telegram.wait_sent(count)]
+
+
+def events(d: Daemon, name: str) -> list[dict[str, Any]]:
+    return [e for e in d.events() if e.get("event") == name]
+
+
+def test_reload_and_sighup_apply_the_new_config_to_the_next_message(
+    daemon: Daemon, telegram: FakeTelegram
+) -> None:
+    daemon.start()
+    assert daemon.proc is not None
+    pid = daemon.proc.pid
+    telegram.push("hello", chat_id=42, user_id=42)
+    telegram.push("let me in", chat_id=43, user_id=43)  # not on the allowlist yet
+    telegram.push("run it", chat_id=42, user_id=42)
+    assert said(telegram, 2)[0] == (42, "[You are A.] hello")
+    assert "denied" in said(telegram, 2)[1][1].lower()
+
+    write(daemon, allowlist=[42, 43], prompt="You are B.", bash="allow")
+    done = reload(daemon)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"in daemon {pid}" in done.stdout
+    telegram.push("hello again", chat_id=43, user_id=43)
+    telegram.push("run it", chat_id=42, user_id=42)
+    replies = said(telegram, 4)[2:]
+    assert sorted(replies) == [(42, "tool said: ran"), (43, "[You are B.] hello again")]
+
+    write(daemon, allowlist=[43], prompt="You are C.", bash="deny")
+    daemon.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while not events(daemon, "config.reloaded")[1:]:
+        assert time.monotonic() < deadline, daemon.log.read_text()
+        time.sleep(0.05)
+    last = telegram.push("anyone?", chat_id=42, user_id=42)  # off the allowlist now
+    telegram.push("and me?", chat_id=43, user_id=43)
+    assert said(telegram, 5)[4] == (43, "[You are C.] and me?")
+    taken_in(telegram, last)
+    assert daemon.stop() == 0
+    assert daemon.proc.pid == pid and len(telegram.sent) == 5  # nothing more, nothing lost
+
+
+def test_a_broken_file_keeps_the_running_config(daemon: Daemon, telegram: FakeTelegram) -> None:
+    daemon.start()
+    data = json.loads(daemon.config.read_text())
+    data["agent"]["max_iterations"] = "lots"
+    data["agent"]["system_prompt"] = "You are broken."
+    daemon.config.write_text(json.dumps(data))
+    refused = reload(daemon)
+    assert refused.returncode != 0  # (2: a config error, as every command says one)
+    assert "agent.max_iterations: Input should be a valid integer" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGHUP)  # the daemon itself refuses it too
+    deadline = time.monotonic() + 20
+    while not events(daemon, "config.reload_refused"):
+        assert time.monotonic() < deadline, daemon.log.read_text()
+        time.sleep(0.05)
+    assert "agent.max_iterations" in events(daemon, "config.reload_refused")[0]["error"]
+    telegram.push("still you?", chat_id=42, user_id=42)
+    assert said(telegram, 1) == [(42, "[You are A.] still you?")]
+    status = subprocess.run(
+        [*ROUSSEAU, "--config", str(daemon.config), "status"],
+        env={"PATH": os.environ["PATH"], "HOME": str(daemon.config.parent)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "was refused: " in status.stdout or status.returncode != 0
+
+
+def test_a_changed_section_restarts_that_transport_alone(
+    daemon: Daemon, telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    chat = FakeMattermost().start()
+    moved = FakeTelegram(token=telegram.token).start()
+    try:
+        mattermost = {"url": chat.url, "token": TOKEN, "allowlist": [OWNER_ID]}
+        write(daemon, allowlist=[42], prompt="You are A.", bash="deny", mattermost=mattermost)
+        daemon.start()
+        chat.wait_ready()
+        telegram.push("before", chat_id=42, user_id=42)
+        said(telegram, 1)
+        data = json.loads(daemon.config.read_text())
+        data["telegram"]["base_url"] = moved.url  # the Bot API moved (a local server)
+        daemon.config.write_text(json.dumps(data))
+        done = reload(daemon)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "telegram: restarted with its new section" in done.stdout
+        moved.push("after", chat_id=42, user_id=42, message_id=100)  # the chat goes on
+        assert [(s.chat_id, s.text) for s in moved.wait_sent(1)] == [(42, "[You are A.] after")]
+        assert chat.authenticated == 1  # Mattermost's stream was never touched
+        restarted = events(daemon, "config.transport_restarted")
+        assert [e["transport"] for e in restarted] == ["telegram"]
+    finally:
+        chat.stop()
+        moved.stop()
