@@ -420,6 +420,32 @@ def build_parser() -> argparse.ArgumentParser:
     go.add_argument("path", metavar="PATH", help="the Go daemon's sessions.db")
     go.set_defaults(func="import_go:import_go")
 
+    # -- backup ---------------------------------------------------------------------------------
+    backup = sub.add_parser(
+        "backup", help="one file with the state, media, key stores and config; check; restore"
+    )
+    bsub = backup.add_subparsers(dest="backup_command", required=True)
+    made = bsub.add_parser("create", help="make a backup (the daemon may be running)")
+    made.add_argument("path", nargs="?", help="the file to write (default: in backup.dir)")
+    made.add_argument(
+        "--with-secrets",
+        action="store_true",
+        help="keep the config's secrets in it (the file is 0600 either way)",
+    )
+    made.set_defaults(func="backup:create")
+    checked = bsub.add_parser("verify", help="check every part of a backup and count it")
+    checked.add_argument("path")
+    checked.set_defaults(func="backup:verify")
+    back = bsub.add_parser(
+        "restore", help="restore into a new state file or an empty database (no daemon on it)"
+    )
+    back.add_argument("path")
+    back.add_argument("--state", metavar="FILE", help="the new SQLite file (default: state.path)")
+    back.add_argument(
+        "--database", metavar="URL", help="an empty PostgreSQL database (default: state.url)"
+    )
+    back.set_defaults(func="backup:restore")
+
     # -- migrate-state ------------------------------------------------------------------------
     move = sub.add_parser(
         "migrate-state",

@@ -22,6 +22,8 @@ from rousseau.config.providers import (
 )
 from rousseau.config.sections import (
     AgentConfig,
+    AlertsConfig,
+    BackupConfig,
     CronConfig,
     EmbeddingsConfig,
     HealthConfig,
@@ -132,6 +134,11 @@ class Config(Section):
     """External MCP servers by name, whose tools the agent may call as SERVER__TOOL."""
     health: HealthConfig | None = None
     """HTTP /healthz and /metrics; off unless set."""
+    backup: BackupConfig = Field(default_factory=BackupConfig)
+    """Backups: where they go, and how often the daemon makes one."""
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    """Alerts to the owner on another transport: a transport down, the disk full, the store
+    failing, every model call failing, a budget reached."""
     web: WebConfig | None = None
     """The web face (dashboard, web chat, OpenAI-compatible API); off unless set."""
     telegram: TelegramConfig | None = None

@@ -471,6 +471,32 @@ class MCPServerConfig(Section):
         return self
 
 
+class BackupConfig(Section):
+    dir: str = "~/.local/share/rousseau/backups"
+    """Where `rousseau backup create` writes when given no path, and scheduled backups go."""
+    every: Duration | None = None
+    """Make a backup this often while the daemon runs (e.g. 1d); unset: only when asked."""
+    keep: int = Field(default=7, ge=1)
+    """Scheduled backups kept in `dir` (the oldest deleted after each new one)."""
+
+
+class AlertsConfig(Section):
+    deliver_to: list[str] = Field(default_factory=list)
+    """Chats told when something needs the owner, as transport:chat (e.g. telegram:42);
+    an alert about a transport never goes through that transport."""
+    after: Duration = 300.0
+    """How long a transport is down (not connected, or failing) before it is told."""
+
+    @field_validator("deliver_to")
+    @classmethod
+    def _targets(cls, targets: list[str]) -> list[str]:
+        for target in targets:
+            transport, _, chat = target.partition(":")
+            if not transport or not chat:
+                raise ValueError(f"{target!r} is not transport:chat (e.g. telegram:42)")
+        return targets
+
+
 class HealthConfig(Section):
     listen: str = "127.0.0.1:9090"
     """The host:port serving /healthz and /metrics."""
