@@ -191,6 +191,7 @@ class Daemon:
             for transport in self.transports.values():
                 tg.start_soon(self._serve_scoped, transport, parts)
             tg.start_soon(self._sweep, router)
+            tg.start_soon(self._backups)
             if parts.indexer is not None:
                 tg.start_soon(parts.indexer.run)
             for key, listener in listeners.items():
@@ -409,6 +410,23 @@ class Daemon:
                 except OSError as exc:
                     log.warning("daemon.publish_failed", error=str(exc))
             await anyio.sleep(PUBLISH_EVERY)
+
+    async def _backups(self) -> None:
+        """A backup every `backup.every` (read anew each time: a reload may change it) into
+        `backup.dir`, the oldest beyond `backup.keep` deleted."""
+        from rousseau.state.backup import scheduled
+
+        while True:
+            every = self.config.backup.every
+            if not every:
+                await anyio.sleep(60)
+                continue
+            await anyio.sleep(every)
+            try:
+                made, manifest, gone = await scheduled(self.config)
+                log.info("backup.made", path=str(made), rows=manifest.rows, deleted=gone)
+            except Exception as exc:
+                log.error("backup.failed", error=str(exc) or type(exc).__name__)
 
     async def _sweep(self, router: Router) -> None:
         """The retention sweep: soon after start, then every `state.retention.interval`."""

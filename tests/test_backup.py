@@ -280,3 +280,26 @@ def test_a_postgresql_store_round_trips(
     with psycopg.connect(target) as conn:  # new rows get new ids (the sequences follow)
         conn.execute("INSERT INTO cron_runs (job_id, scheduled_at, status) "
                      "SELECT id, 0, 'ok' FROM cron_jobs")  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_the_daemon_makes_backups_on_schedule_and_keeps_the_newest(tmp_path: Path) -> None:
+    from rousseau.agent.testing import FunctionProvider, text_reply
+    from rousseau.state.backup import verify
+    from rousseau.transports.base import MemoryTransport
+    from tests.helpers import config_in, serving, until
+
+    folder = tmp_path / "backups"
+    config = config_in(
+        tmp_path, ROUSSEAU_BACKUP_DIR=str(folder), ROUSSEAU_BACKUP_EVERY="1s",
+        ROUSSEAU_BACKUP_KEEP="2",
+    )  # fmt: skip
+    provider = FunctionProvider(lambda request: text_reply("ok"))
+    async with serving(MemoryTransport(), config, provider, ["owner"]):
+        await until(lambda: len(list(folder.glob("*.tar"))) == 2, 20)
+        first = sorted(folder.glob("*.tar"))[0]
+        await until(lambda: not first.exists(), 20)  # rotated out by a newer one
+    kept = sorted(folder.glob("*.tar"))
+    assert len(kept) == 2
+    for backup in kept:
+        assert verify(backup).manifest.backend == "sqlite"

@@ -580,5 +580,17 @@ def rotate(folder: Path, keep: int) -> list[Path]:
     return gone
 
 
+async def scheduled(config: Config) -> tuple[Path, Manifest, int]:
+    """One backup into `backup.dir`, then the oldest beyond `backup.keep` deleted: where it
+    went, what it holds, how many were deleted."""
+    section = config.backup
+    target = default_name(await anyio.to_thread.run_sync(Path(section.dir).expanduser))
+    manifest = await create(config, target)
+    gone = await anyio.to_thread.run_sync(rotate, target.parent, section.keep)
+    return target, manifest, len(gone)
+
+
 def default_name(folder: Path) -> Path:
-    return folder / time.strftime("rousseau-%Y%m%d-%H%M%S.tar")
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return folder / f"rousseau-{stamp}-{int(now * 1000) % 1000:03d}.tar"
