@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from anyio.streams.stapled import MultiListener
 
 from rousseau import web
 from rousseau.agent import Provider, RousseauError, TransportAuthError
+from rousseau.alerts import Alerts
 from rousseau.assembly import VOICE_HINT, Parts, SupportsAclose, assemble, media_intake, reload
 from rousseau.backoff import backoff
 from rousseau.config import Config
@@ -192,6 +194,8 @@ class Daemon:
                 tg.start_soon(self._serve_scoped, transport, parts)
             tg.start_soon(self._sweep, router)
             tg.start_soon(self._backups)
+            alerts = self._alerts(parts)
+            tg.start_soon(alerts.run)
             if parts.indexer is not None:
                 tg.start_soon(parts.indexer.run)
             for key, listener in listeners.items():
@@ -410,6 +414,26 @@ class Daemon:
                 except OSError as exc:
                     log.warning("daemon.publish_failed", error=str(exc))
             await anyio.sleep(PUBLISH_EVERY)
+
+    def _alerts(self, parts: Parts) -> Alerts:
+        """What tells the owner, on another transport, what needs them (see rousseau.alerts)."""
+        state = Path(self.config.state.path).expanduser().parent
+        folders = [self._media.blobs.folder] if self.config.state.url else [state]
+        alerts = Alerts(
+            config=lambda: self.config,
+            notify=parts.router.notify,
+            states=lambda: {
+                name: {**state, "error": self.errors.get(name, "")}
+                for name, state in self.transport_states().items()
+            },
+            connected=lambda name: name in self.transports and self.transports[name].connected,
+            metrics=self.metrics,
+            kv=parts.backend.transport_state("alerts"),
+            folders=folders,
+        )
+        if parts.meter is not None:
+            parts.meter.alert = alerts.budget
+        return alerts
 
     async def _backups(self) -> None:
         """A backup every `backup.every` (read anew each time: a reload may change it) into

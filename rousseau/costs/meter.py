@@ -110,6 +110,8 @@ class Meter:
         self.owners = owners or {}
         """Whom to tell, per agent, when its budget is reached (`transport:chat`)."""
         self.notify = notify
+        self.alert: Callable[[str, list[str]], Awaitable[None]] | None = None
+        """Where a budget reached is told besides its owners (the daemon's alerts)."""
         self.told = told
         """Where the days the owners were told are kept (once a day, across restarts)."""
         self.metrics = metrics
@@ -231,15 +233,17 @@ class Meter:
             return
         if self.told is not None:
             await self.told.set(key, day)
-        owners = self.owners.get(agent) or self.owners.get(DEFAULT_AGENT) or []
-        if not owners or self.notify is None:
-            log.warning("costs.no_owner_to_tell", agent=agent, limit=limit)
-            return
         text = (
             f"Budget reached for agent {agent}: {detail}. No model is called for it until the"
             " limit resets; raise it under agent.budget to go on sooner (`rousseau usage`"
             " shows the spending)."
         )
+        owners = self.owners.get(agent) or self.owners.get(DEFAULT_AGENT) or []
+        if self.alert is not None:  # (not twice in an owner's chat)
+            await self.alert(text, owners)
+        if not owners or self.notify is None:
+            log.warning("costs.no_owner_to_tell", agent=agent, limit=limit)
+            return
         for owner in owners:
             transport, _, chat = owner.partition(":")
             try:

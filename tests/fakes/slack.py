@@ -78,6 +78,8 @@ class FakeSlack(AioServer):
         length, so only reading them tells."""
         self.unmeasured = Served()
         self.rate_limit_updates = 0
+        self.down = False
+        """Slack unreachable: every call answered 503 (as an outage answers)."""
         """Answer this many chat.update calls with 429 (Retry-After: 2)."""
         self.streams_refused = ""
         """Set: chat.startStream answers this error (a workspace without AI streaming)."""
@@ -299,7 +301,14 @@ class FakeSlack(AioServer):
 
         self.run(self.sockets[-1].send_str(json.dumps(frame)))
 
+    def go_down(self) -> None:
+        """An outage: the socket dropped, and every call answered 503 until `down` is off."""
+        self.down = True
+        self.drop()
+
     async def _api(self, request: web.Request) -> web.Response:
+        if self.down:
+            return web.Response(status=503, text="service unavailable")
         method = request.match_info["method"]
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         raw = await request.read()
