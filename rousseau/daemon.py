@@ -13,7 +13,6 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,10 +20,9 @@ import structlog
 from anyio.abc import SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
-from rousseau import web
-from rousseau.agent import Provider, RousseauError, TransportAuthError
-from rousseau.alerts import Alerts
-from rousseau.assembly import VOICE_HINT, Parts, SupportsAclose, assemble, media_intake, reload
+from rousseau import upkeep, web
+from rousseau.agent import Provider, TransportAuthError
+from rousseau.assembly import VOICE_HINT, Parts, SupportsAclose, assemble, media_intake
 from rousseau.backoff import backoff
 from rousseau.config import Config
 from rousseau.log import duration
@@ -38,8 +36,9 @@ from rousseau.state.backend import Backend, open_backend
 from rousseau.state.cluster import elected
 from rousseau.state.lock import DaemonLock
 from rousseau.transports import build_transports
-from rousseau.transports.abilities import Abilities, TakesFiles
+from rousseau.transports.abilities import Abilities
 from rousseau.transports.base import Transport
+from rousseau.upkeep import quietly
 
 __all__ = ["FULL_COLLECTION_EVERY", "VOICE_HINT", "Daemon", "run", "sd_notify"]
 
@@ -57,13 +56,6 @@ PUBLISH_EVERY = 2.0
 """How often the transports' state is looked at for `rousseau status` (written on change)."""
 
 
-async def _quietly(fn: Callable[[], Awaitable[None]]) -> None:
-    try:
-        await fn()
-    except Exception as exc:
-        log.warning("daemon.stop_failed", error=str(exc) or type(exc).__name__)
-
-
 class Daemon:
     def __init__(
         self,
@@ -76,11 +68,11 @@ class Daemon:
     ) -> None:
         self.config = config
         self.provider = provider
-        self._given = transports is not None
+        self.given_transports = transports is not None
         self.transports = transports if transports is not None else build_transports(config, only)
-        self._given_policies = dict(chat_policies or {})
-        self.chat_policies = {**configured_policies(config), **self._given_policies}
-        self._media = media_intake(config)
+        self.given_policies = dict(chat_policies or {})
+        self.chat_policies = {**configured_policies(config), **self.given_policies}
+        self.media = media_intake(config)
         """Where the transports put inbound files, and where the sweep finds the blob store."""
         self.metrics = Metrics()
         self.lag = LagProbe(self.metrics)
@@ -92,10 +84,10 @@ class Daemon:
         self.forced = False
         """A second signal ended the graceful stop."""
         self.parts: Parts | None = None
-        self._tg: TaskGroup | None = None
-        self._scopes: dict[str, anyio.CancelScope] = {}
+        self.serving: TaskGroup | None = None
+        self.scopes: dict[str, anyio.CancelScope] = {}
         """Each transport's serving, to restart one alone when its section changes."""
-        self._reloading = anyio.Lock()
+        self.reloading = anyio.Lock()
         self.reloaded: dict[str, Any] = {"digest": config.digest()}
         """What `rousseau status` and `rousseau reload` read: the config's digest, and how
         the last reload went."""
@@ -127,7 +119,7 @@ class Daemon:
                         config,
                         backend,
                         self.transports,
-                        media=self._media,
+                        media=self.media,
                         metrics=self.metrics,
                         policies=self.chat_policies,
                         provider=self.provider,
@@ -164,7 +156,7 @@ class Daemon:
             for each in (self.provider, *providers):
                 if isinstance(each, SupportsAclose):
                     tg.start_soon(close, "provider", each.aclose)
-            if isinstance(transcriber := self._media.transcriber, SupportsAclose):
+            if isinstance(transcriber := self.media.transcriber, SupportsAclose):
                 tg.start_soon(close, "transcriber", transcriber.aclose)
             if parts is not None and parts.indexer is not None:
                 tg.start_soon(close, "embeddings", parts.indexer.embeddings.aclose)
@@ -181,7 +173,7 @@ class Daemon:
         cut short by a second signal."""
         router, cluster = parts.router, parts.backend.cluster
         async with anyio.create_task_group() as tg:
-            self._tg = tg
+            self.serving = tg
             tg.start_soon(self._signals, router, tg.cancel_scope)
             tg.start_soon(self._hangups)
             await tg.start(router.run)
@@ -191,11 +183,10 @@ class Daemon:
                 if router.approvals is not None:
                     tg.start_soon(router.approvals.hear)
             for transport in self.transports.values():
-                tg.start_soon(self._serve_scoped, transport, parts)
+                tg.start_soon(self.serve_scoped, transport, parts)
             tg.start_soon(self._sweep, router)
-            tg.start_soon(self._backups)
-            alerts = self._alerts(parts)
-            tg.start_soon(alerts.run)
+            tg.start_soon(upkeep.backups, self)
+            tg.start_soon(upkeep.alerts_for(self, parts).run)
             if parts.indexer is not None:
                 tg.start_soon(parts.indexer.run)
             for key, listener in listeners.items():
@@ -204,13 +195,14 @@ class Daemon:
             watchdog(tg)
             sd_notify("READY=1")
             log.info("daemon.ready")
+            tg.start_soon(upkeep.prune_upgrade_copies, self.config)
             await self._stop.wait()
             sd_notify("STOPPING=1")
             log.info("daemon.stopping", grace=self.config.shutdown_grace)
             with anyio.move_on_after(CLOSE_TIMEOUT):
                 async with anyio.create_task_group() as stopping:
                     for transport in self.transports.values():
-                        stopping.start_soon(_quietly, transport.stop)
+                        stopping.start_soon(quietly, transport.stop)
             grace = self.config.shutdown_grace
             deadline = anyio.current_time() + grace
             with anyio.move_on_after(grace):  # a cron run's reply is queued like a turn's
@@ -244,100 +236,15 @@ class Daemon:
                 await self.reload()
 
     async def reload(self) -> bool:
-        """The config file read again and, if it is good, applied to the running daemon (see
-        rousseau.assembly.reload): what changes live changes, a transport whose own section
-        changed is restarted alone, and what needs a restart is named. A broken file
-        changes nothing. Whether it was applied."""
-        async with self._reloading:
-            try:
-                new = await anyio.to_thread.run_sync(self.config.reread)
-            except RousseauError as exc:
-                log.error("config.reload_refused", error=str(exc), kept=self.reloaded["digest"])
-                self._reloaded(ok=False, error=str(exc))
-                return False
-            parts = self.parts
-            if parts is None:
-                self._reloaded(ok=False, error="the daemon is still starting")
-                return False
-            old = self.config
-            try:
-                needs = await reload(parts, new)
-            except Exception as exc:  # a part the new config cannot build: keep the old
-                log.error("config.reload_failed", error=str(exc) or type(exc).__name__)
-                self._reloaded(ok=False, error=str(exc) or type(exc).__name__)
-                return False
-            self.chat_policies.clear()
-            self.chat_policies.update({**configured_policies(new), **self._given_policies})
-            self.config = new
-            restarted, more = await self._restart_changed(old, new, parts)
-            needs += more
-            for line in needs:
-                log.warning("config.needs_restart", change=line)
-            log.info("config.reloaded", digest=new.digest(), restarted=restarted)
-            self._reloaded(ok=True, needs=needs, restarted=restarted)
-            return True
+        """The config file read again and, if it is good, applied (see rousseau.upkeep)."""
+        from rousseau.assembly.reload import reload
 
-    def _reloaded(self, **how: Any) -> None:
-        self.reloaded = {"digest": self.config.digest(), "at": time.time(), **how}
+        applied: bool = await upkeep.reload(self, reload)
+        return applied
 
-    async def _restart_changed(
-        self, old: Config, new: Config, parts: Parts
-    ) -> tuple[list[str], list[str]]:
-        """Each transport whose own section changed (beyond who may talk and how a group
-        is answered, which apply live) stopped and built again from its new section; the
-        ones restarted, and what needs a whole restart instead."""
-        restarted: list[str] = []
-        needs: list[str] = []
-        for name in list(self.transports):
-            was, now = _section(old, name), _section(new, name)
-            if was == now:
-                continue
-            if was is None or now is None:
-                needs.append(f"{name}: a transport added or removed")
-                continue
-            changed = {k for k in was.keys() | now.keys() if was.get(k) != now.get(k)}
-            if changed <= LIVE_KEYS:
-                continue
-            if changed & ROUTER_KEYS or self._given:  # (a caller's transports: not rebuilt)
-                keys = ", ".join(sorted(changed - LIVE_KEYS))
-                needs.append(f"{name}: {keys}")
-                continue
-            if getattr(self.transports[name], "posts", None) is not None:
-                needs.append(f"{name}: its section (it takes posts on the daemon's server)")
-                continue
-            await self._restart_transport(name, new, parts)
-            restarted.append(name)
-        for name in new.transport_sections().keys() - self.transports.keys():
-            needs.append(f"{name}: a transport added or removed")
-        return restarted, needs
-
-    async def _restart_transport(self, name: str, config: Config, parts: Parts) -> None:
-        """The transport stopped, its serving (and its outbox's delivery) ended, and a new
-        one built from `config` served in its place; what it had not acknowledged its
-        platform sends again, and its outbox is delivered by the new one."""
-        from rousseau.transports.unreadable import count_refused
-
-        fresh = build_transports(config, name)[name]
-        fresh.bind_state(parts.backend.transport_state(name))
-        count_refused(fresh, self.metrics.failed_inbound.labels(name).inc)
-        if isinstance(fresh, TakesFiles):
-            fresh.bind_media(self._media)
-        old = self.transports[name]
-        await _quietly(old.stop)
-        scope = self._scopes.pop(name, None)
-        if scope is not None:
-            scope.cancel()
-        await _quietly(old.aclose)
-        self.transports[name] = fresh  # the router's map too: it is the same dict
-        self.stopped.pop(name, None)
-        self.errors.pop(name, None)
-        assert self._tg is not None
-        self._tg.start_soon(self._serve_scoped, fresh, parts)
-        log.info("config.transport_restarted", transport=name)
-
-    async def _serve_scoped(self, transport: Transport, parts: Parts) -> None:
+    async def serve_scoped(self, transport: Transport, parts: Parts) -> None:
         with anyio.CancelScope() as scope:
-            self._scopes[transport.name] = scope
+            self.scopes[transport.name] = scope
             await self._serve_transport(transport, parts)
 
     async def _serve_transport(self, transport: Transport, parts: Parts) -> None:
@@ -353,7 +260,7 @@ class Daemon:
 
         if cluster is None or Abilities.of(transport).shares_connections:
             return await serve()
-        stop = functools.partial(_quietly, transport.stop)
+        stop = functools.partial(quietly, transport.stop)
         await elected(cluster, transport.name, serve, stop=stop, stopping=self._stop.is_set)
 
     async def _supervise(self, transport: Transport, router: Router) -> None:
@@ -415,43 +322,6 @@ class Daemon:
                     log.warning("daemon.publish_failed", error=str(exc))
             await anyio.sleep(PUBLISH_EVERY)
 
-    def _alerts(self, parts: Parts) -> Alerts:
-        """What tells the owner, on another transport, what needs them (see rousseau.alerts)."""
-        state = Path(self.config.state.path).expanduser().parent
-        folders = [self._media.blobs.folder] if self.config.state.url else [state]
-        alerts = Alerts(
-            config=lambda: self.config,
-            notify=parts.router.notify,
-            states=lambda: {
-                name: {**state, "error": self.errors.get(name, "")}
-                for name, state in self.transport_states().items()
-            },
-            connected=lambda name: name in self.transports and self.transports[name].connected,
-            metrics=self.metrics,
-            kv=parts.backend.transport_state("alerts"),
-            folders=folders,
-        )
-        if parts.meter is not None:
-            parts.meter.alert = alerts.budget
-        return alerts
-
-    async def _backups(self) -> None:
-        """A backup every `backup.every` (read anew each time: a reload may change it) into
-        `backup.dir`, the oldest beyond `backup.keep` deleted."""
-        from rousseau.state.backup import scheduled
-
-        while True:
-            every = self.config.backup.every
-            if not every:
-                await anyio.sleep(60)
-                continue
-            await anyio.sleep(every)
-            try:
-                made, manifest, gone = await scheduled(self.config)
-                log.info("backup.made", path=str(made), rows=manifest.rows, deleted=gone)
-            except Exception as exc:
-                log.error("backup.failed", error=str(exc) or type(exc).__name__)
-
     async def _sweep(self, router: Router) -> None:
         """The retention sweep: soon after start, then every `state.retention.interval`."""
         ages = self.config.state.retention
@@ -461,7 +331,7 @@ class Daemon:
                 deleted = await router.state.sweep(ages)
                 keep = await router.state.media_in_use()
                 prune = functools.partial(
-                    self._media.blobs.prune_sync, keep, older_than=time.time() - BLOB_GRACE
+                    self.media.blobs.prune_sync, keep, older_than=time.time() - BLOB_GRACE
                 )
                 deleted["media"] = await anyio.to_thread.run_sync(prune)
                 for table, count in deleted.items():
@@ -486,17 +356,6 @@ def run(config: Config, only: str | None = None) -> int:
     """Entry point for `rousseau run` and `rousseau <transport>`."""
     daemon = Daemon(config, only=only)
     return anyio.run(daemon.run)
-
-
-LIVE_KEYS = frozenset({"allowlist", "policy", "require_mention", "reply_header", "agent"})
-"""A transport's keys a reload applies without touching it (chat policies and routes)."""
-ROUTER_KEYS = frozenset({"streaming", "progress", "ack_reaction", "voice_replies"})
-"""A transport's keys the router fixes at start-up: a change needs a restart."""
-
-
-def _section(config: Config, name: str) -> dict[str, Any] | None:
-    section = config.transport_sections().get(name)
-    return None if section is None else section.model_dump()
 
 
 def _stopping(busy: int, grace: float) -> str:

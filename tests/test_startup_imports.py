@@ -18,11 +18,11 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 OURS = {
-    "rousseau", "rousseau.agent", "rousseau.agent.approval", "rousseau.agent.compress",
+    "rousseau", "rousseau.alerts", "rousseau.agent", "rousseau.agent.approval", "rousseau.agent.compress",
     "rousseau.agent.errors", "rousseau.agent.loop", "rousseau.agent.protocols",
     "rousseau.agent.repair", "rousseau.agent.types", "rousseau.agents",
     "rousseau.assembly", "rousseau.assembly.agent", "rousseau.assembly.models",
-    "rousseau.assembly.parts",
+    "rousseau.assembly.crew", "rousseau.assembly.parts",
     "rousseau.approvals", "rousseau.approvals.chat", "rousseau.approvals.render",
     "rousseau.approvals.shell",
     "rousseau.backoff", "rousseau.config", "rousseau.config.base", "rousseau.config.loading",
@@ -47,7 +47,7 @@ OURS = {
     "rousseau.state.daemon_state",
     "rousseau.state.lock",
     "rousseau.state.migrations", "rousseau.state.protocol", "rousseau.state.records",
-    "rousseau.state.sqlite_cron", "rousseau.state.store",
+    "rousseau.state.sqlite_cron", "rousseau.state.store", "rousseau.upkeep",
     "rousseau.state.worker", "rousseau.streaming", "rousseau.tools",
     "rousseau.tools.base",
     "rousseau.tools.bash", "rousseau.tools.edit", "rousseau.tools.fs", "rousseau.tools.grep",

@@ -20,13 +20,12 @@ from rousseau.assembly.agent import (
     media_intake,
     tool_files,
 )
+from rousseau.assembly.crew import agent_config
 from rousseau.assembly.parts import (
     VOICE_HINT,
     Parts,
-    agent_config,
     assemble,
     build_router,
-    reload,
     stream_settings,
 )
 
@@ -46,7 +45,6 @@ __all__ = [
     "close_tools",
     "connected_agent",
     "media_intake",
-    "reload",
     "stream_settings",
     "tool_files",
 ]

@@ -17,11 +17,11 @@ import structlog
 
 from rousseau import web
 from rousseau.agent import Agent, Attachment, ConfigError, Provider
-from rousseau.agent.approval import AskFn
 from rousseau.agents import Routes, routes_of, turn_limits
 from rousseau.approvals import ChatApprovals, load_shell_parser
-from rousseau.assembly.agent import build_agent, build_approver, build_registry, hybrid_recall
-from rousseau.assembly.models import AgentModels, agent_models, build_meter
+from rousseau.assembly.agent import build_agent, build_approver, hybrid_recall
+from rousseau.assembly.crew import build_agents, on_model
+from rousseau.assembly.models import AgentModels, build_meter
 from rousseau.config import Config, parse_rate
 from rousseau.costs import Meter
 from rousseau.costs.meter import Budgeted
@@ -29,7 +29,6 @@ from rousseau.cron import CronRunner, CronTool, Scheduler
 from rousseau.cron.scheduler import HEARTBEAT
 from rousseau.mcp.client import MCPConnection, mcp_tools
 from rousseau.media import MediaIntake, move_to_workspace
-from rousseau.media.tool import SendFileTool
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.metrics import Metrics
 from rousseau.policy import ChatPolicy, RateLimiter
@@ -41,7 +40,6 @@ from rousseau.router.voice import modes as voice_modes
 from rousseau.state.backend import Backend
 from rousseau.streaming import StreamSettings
 from rousseau.tools import Registry, Shared
-from rousseau.tools.fs import Workspace
 from rousseau.transports.abilities import Abilities, TakesFiles
 from rousseau.transports.base import Transport
 from rousseau.transports.unreadable import count_refused
@@ -52,7 +50,6 @@ if TYPE_CHECKING:
 
     from rousseau.state.hybrid import Indexer, VectorRecall
     from rousseau.state.protocol import ProfileStore
-    from rousseau.tools.delegate import DelegateTool
 
 log = structlog.get_logger("rousseau.daemon")
 
@@ -220,8 +217,10 @@ async def assemble(
         meter.notify = router.notify
         if media.transcriber is not None:  # a voice note's transcription is budgeted too
             media.transcriber = Budgeted(media.transcriber, meter)
-    scheduler = _scheduler(config, router, backend, registry, metrics, models)
-    await _heartbeats(config, scheduler, backend, {DEFAULT_AGENT: agent, **agents}, models, meter)
+    scheduler = scheduler_for(config, router, backend, registry, metrics, models)
+    await sync_heartbeats(
+        config, scheduler, backend, {DEFAULT_AGENT: agent, **agents}, models, meter
+    )
     cron_tool.on_change = scheduler.wake
     if backend.cluster is not None:  # a page's reply goes out where the page is connected
         backend.cluster.stays = frozenset(
@@ -252,13 +251,13 @@ async def assemble(
     )
 
 
-def _routes(config: Config, transports: Mapping[str, Transport]) -> Routes:
+def routes_for(config: Config, transports: Mapping[str, Transport]) -> Routes:
     return dataclasses.replace(
         routes_of(config, transports), chosen_by_sender=web.CHOOSE_AGENT & transports.keys()
     )
 
 
-def _file_moves(
+def file_moves_for(
     config: Config, media: MediaIntake
 ) -> dict[str, Callable[[Attachment], Awaitable[Attachment]]]:
     return {
@@ -268,209 +267,12 @@ def _file_moves(
     }
 
 
-def _profiles(config: Config, backend: Backend) -> dict[str, ProfileStore]:
+def profiles_for(config: Config, backend: Backend) -> dict[str, ProfileStore]:
     return {
         name: backend.profiles
         for name in {DEFAULT_AGENT, *config.agents}
         if config.for_agent(name).agent.memory.enabled
     }
-
-
-async def reload(parts: Parts, config: Config) -> list[str]:
-    """`config`'s agents, routes, approver rules, prompts, models, budgets, rate limits, cron
-    settings and web keys in place of the running ones (turns already running finish on
-    theirs); what could not change without a restart, one line each."""
-    old = parts.config
-    needs: list[str] = []
-    if config.agent.approver is not None or config.cron.approver is not None:
-        await anyio.to_thread.run_sync(load_shell_parser)
-    sections = [config.agent, *config.agents.values()]
-    if parts.approvals is None and any(a.approver is not None for a in sections):
-        needs.append("agent.approver: the first approver (approvals by chat start at start-up)")
-    made: list[Provider] = []
-    provider = parts.given
-    if provider is not None:
-        name = provider.name
-    else:
-        name, _ = await anyio.to_thread.run_sync(detect_provider, config)
-        provider = LazyProvider(
-            name, functools.partial(build_provider, config, name, store=parts.backend.store)
-        )
-        made.append(provider)
-    _remeter(parts, config)
-    built = build_agents(
-        config,
-        parts.backend,
-        parts.transports,
-        provider=provider,
-        provider_name=name,
-        made=made,
-        approvals=parts.approvals,
-        media=parts.media,
-        metrics=parts.metrics,
-        meaning=parts.meaning,
-        meter=parts.meter,
-    )
-    _keep_mcp_tools(parts, built)
-    router = parts.router
-    router.swap(
-        agent=built.agent,
-        agents=built.agents,
-        routes=_routes(config, parts.transports),
-        file_moves=_file_moves(config, parts.media),
-        profiles=_profiles(config, parts.backend),
-        agent_turns=turn_limits(config),
-    )
-    rl = config.ratelimit
-    limiter = router.rate_limiter
-    limiter.default = parse_rate(rl.default)
-    limiter.per_transport = {k: parse_rate(v) for k, v in rl.per_transport.items()}
-    limiter.max_keys = rl.max_keys
-    router.admission.denied_reply = rl.denied_reply
-    scheduler = parts.scheduler
-    scheduler.runner = _scheduler(
-        config, router, parts.backend, built.registry, parts.metrics, built.models
-    ).runner
-    everyone = {DEFAULT_AGENT: built.agent, **built.agents}
-    await _heartbeats(config, scheduler, parts.backend, everyone, built.models, parts.meter)
-    built.cron_tool.on_change = scheduler.wake
-    for face in parts.faces:
-        _reface(face, config)
-    needs += _restart_only(old, config)
-    parts.config, parts.registries, parts.models = config, built.registries, built.models
-    parts.providers.extend(made)  # the old ones too are closed at the end
-    parts.cron_tool = built.cron_tool
-    return needs
-
-
-def _remeter(parts: Parts, config: Config) -> None:
-    """The budgets, prices and owners of `config` on the running meter (what was spent kept)."""
-    if parts.meter is None or parts.backend.spending is None:
-        return
-    fresh, meter = build_meter(config, parts.backend.spending), parts.meter
-    meter.budgets, meter.prices = fresh.budgets, fresh.prices
-    meter.owners, meter.zone = fresh.owners, fresh.zone
-
-
-def _keep_mcp_tools(parts: Parts, built: Agents) -> None:
-    """The connected MCP servers' tools in the new agents' registries, and their
-    reconnections registering there from now on."""
-    if parts.shared is None:
-        return
-    first = parts.registries[0]
-    for name in first.names():
-        if built.registry.get(name) is None:
-            for registry in built.registries:
-                registry.register(first.get(name))
-    parts.shared.registries = list(built.registries)
-
-
-def _restart_only(old: Config, new: Config) -> list[str]:
-    """What changed that only a restart applies, one line each."""
-    needs = []
-    if new.mcp_servers != old.mcp_servers:
-        needs.append("mcp_servers: servers added, removed or changed")
-    for key in ("state", "health", "embeddings", "max_concurrent_turns", "send_timeout"):
-        if getattr(new, key) != getattr(old, key):
-            needs.append(f"{key}: fixed at start-up")
-    listens = [(c.web.listen if c.web is not None else None) for c in (old, new)]
-    if listens[0] != listens[1]:
-        needs.append("web.listen: the web face's address")
-    return needs
-
-
-def _reface(face: Any, config: Config) -> None:
-    """A web face's keys and passwords as `config` sets them (its logins kept)."""
-    section = config.web
-    if face.config is None or section is None:
-        return
-    face.config = section
-    logins = face.logins
-    if logins is not None:
-        logins.password_hash = (
-            section.password_hash.get_secret_value() if section.password_hash else None
-        )
-        logins.chat_users = {n: h.get_secret_value() for n, h in section.chat_users.items()}
-        logins.ttl = section.session_ttl
-
-
-@dataclass(kw_only=True, slots=True)
-class Agents:
-    """The agents of a config and what they are made of."""
-
-    agent: Agent
-    """The default agent."""
-    agents: dict[str, Agent]
-    registry: Registry
-    registries: list[Registry]
-    models: dict[str, AgentModels]
-    cron_tool: CronTool
-
-
-def build_agents(
-    config: Config,
-    backend: Backend,
-    transports: dict[str, Transport],
-    *,
-    provider: Provider,
-    provider_name: str,
-    made: list[Provider],
-    approvals: ChatApprovals | None,
-    media: MediaIntake,
-    metrics: Metrics,
-    meaning: VectorRecall | None,
-    meter: Meter | None,
-) -> Agents:
-    """Every agent of `config`: its tools, models, approver and prompt (the providers made
-    for it appended to `made`)."""
-    default = config.for_agent(DEFAULT_AGENT)
-    store = backend.store
-    registry = _tools(default, transports, media)
-    delegates = {DEFAULT_AGENT: _delegate(default, registry, backend)}
-    cron_tool = CronTool(backend.jobs, timezone=default.cron.timezone)
-    registry.register(cron_tool)
-    models = {
-        DEFAULT_AGENT: agent_models(
-            default, provider, provider_name, meter=meter, made=made, store=store
-        )
-    }
-    agent = build_agent(
-        default,
-        models[DEFAULT_AGENT].turn,
-        store,
-        registry=registry,
-        ask=_ask(approvals, default),
-        profiles=backend.profiles,
-        metrics=metrics,
-        meaning=meaning,
-        compaction=models[DEFAULT_AGENT].compaction,
-    )
-    registries = [registry]
-    agents = _agents(
-        config,
-        provider,
-        provider_name,
-        backend,
-        approvals,
-        transports,
-        media,
-        registries,
-        made,
-        metrics,
-        meaning,
-        meter,
-        models,
-        delegates,
-    )
-    _bind_delegates(config, delegates, {DEFAULT_AGENT: agent, **agents}, models)
-    return Agents(
-        agent=agent,
-        agents=agents,
-        registry=registry,
-        registries=registries,
-        models=models,
-        cron_tool=cron_tool,
-    )
 
 
 def build_router(
@@ -492,10 +294,10 @@ def build_router(
     router = Router(
         agent=agent,
         agents=agents,
-        routes=_routes(config, transports),
-        file_moves=_file_moves(config, media),
+        routes=routes_for(config, transports),
+        file_moves=file_moves_for(config, media),
         approvals=approvals,
-        profiles=_profiles(config, backend),
+        profiles=profiles_for(config, backend),
         store=backend.store,
         daemon_state=backend.state,
         transport_state=backend.transport_state,
@@ -566,129 +368,7 @@ def _speech(config: Config, media: MediaIntake, meter: Meter | None) -> Speech |
     )
 
 
-def _tools(
-    config: Config,
-    transports: Mapping[str, Transport],
-    media: MediaIntake,
-    agent: str = DEFAULT_AGENT,
-) -> Registry:
-    """The built-in tools in the workspace of `config.agent` (agent `agent`'s), and
-    send_file where a transport can send files."""
-    registry = build_registry(config, agent)
-    file_limits = {
-        name: int(limit)
-        for name, transport in transports.items()
-        if (limit := Abilities.of(transport).max_file_bytes)
-    }
-    if file_limits:  # a transport that can send files: the model may attach some
-        workspace = Workspace(Path(config.agent.workspace).expanduser())
-        registry.register(SendFileTool(workspace, media.blobs, file_limits))
-    return registry
-
-
-def _agents(
-    config: Config,
-    provider: Provider,
-    provider_name: str,
-    backend: Backend,
-    approvals: ChatApprovals | None,
-    transports: Mapping[str, Transport],
-    media: MediaIntake,
-    registries: list[Registry],
-    providers: list[Provider],
-    metrics: Metrics,
-    meaning: VectorRecall | None,
-    meter: Meter | None,
-    models: dict[str, AgentModels],
-    delegates: dict[str, DelegateTool | None],
-) -> dict[str, Agent]:
-    """The agents of `agents:` but the default, each with its own workspace, tools (added to
-    `registries`), recall, memory, approver and owners to ask, and (where it names another
-    provider or model) provider (added to `providers`); each one's providers by job join
-    `models`."""
-    store = backend.store
-    agents = {}
-    for name in config.agents:
-        if name == DEFAULT_AGENT:
-            continue
-        own, chosen = agent_config(config, name, provider_name)
-        used = provider
-        if config.own_provider(name):
-            used = LazyProvider(chosen, functools.partial(build_provider, own, chosen, store=store))
-            providers.append(used)
-        models[name] = agent_models(
-            own, used, chosen, agent=name, meter=meter, made=providers, store=store
-        )
-        # No cron tool: what a job runs on is the owner's choice (cron add --agent).
-        registry = _tools(own, transports, media, name)
-        registries.append(registry)
-        delegates[name] = _delegate(own, registry, backend, name)
-        ask = _ask(approvals, own)
-        agents[name] = build_agent(
-            own,
-            models[name].turn,
-            store,
-            registry=registry,
-            ask=ask,
-            name=name,
-            profiles=backend.profiles,
-            metrics=metrics,
-            meaning=meaning,
-            compaction=models[name].compaction,
-        )
-    return agents
-
-
-def _delegate(
-    config: Config, registry: Registry, backend: Backend, agent: str = DEFAULT_AGENT
-) -> DelegateTool | None:
-    """The delegate tool in the agent's registry, where `agent.delegation` is set."""
-    section = config.agent.delegation
-    if section is None:
-        return None
-    from rousseau.tools.delegate import DelegateTool
-
-    tool = DelegateTool(
-        agent=agent,
-        store=backend.store,
-        agents=section.agents,
-        max_children=section.max_children,
-        max_depth=section.max_depth,
-    )
-    registry.register(tool)
-    return tool
-
-
-def _bind_delegates(
-    config: Config,
-    delegates: Mapping[str, DelegateTool | None],
-    agents: Mapping[str, Agent],
-    models: Mapping[str, AgentModels],
-) -> None:
-    """Each delegate tool given its agent, the agents it may hand tasks to, and the model of
-    its fresh sub-agents, now that every agent is built."""
-    from rousseau.tools.delegate import Delegation
-
-    for name, tool in delegates.items():
-        if tool is None:
-            continue
-        tool.bind(
-            Delegation(
-                caller=agents[name],
-                agents={n: agents[n] for n in tool.allowed if n in agents},
-                provider=models[name].delegation,
-            )
-        )
-
-
-def agent_config(config: Config, agent: str, detected: str) -> tuple[Config, str]:
-    """The configuration agent `agent` runs with, and the provider it uses (`detected`, the
-    one detect_provider chose, where neither it nor the top level names one)."""
-    own = config.for_agent(agent, detected)
-    return own, own.provider or detected
-
-
-def _scheduler(
+def scheduler_for(
     config: Config,
     router: Router,
     backend: Backend,
@@ -723,7 +403,7 @@ def _scheduler(
     return Scheduler(jobs=backend.jobs, runner=runner, poll_interval=cron.poll_interval)
 
 
-async def _heartbeats(
+async def sync_heartbeats(
     config: Config,
     scheduler: Scheduler,
     backend: Backend,
@@ -763,22 +443,6 @@ async def _heartbeats(
     }
     scheduler.runner.heartbeats = heartbeats
     await sync_jobs(CronJobs(backend.jobs), heartbeats, config.cron.timezone)
-
-
-def on_model(agent: Agent, provider: Provider) -> Agent:
-    """The agent with the same tools and options, asking `provider` (one for a job)."""
-    if provider is agent.provider:
-        return agent
-    return Agent(provider, agent.tools, agent.options)
-
-
-def _ask(approvals: ChatApprovals | None, config: Config) -> AskFn | None:
-    """How the agent `config.agent` describes puts a question to its own approver's owners
-    in chat; None where it has no approver (its default rules ask no one)."""
-    ac = config.agent.approver
-    if approvals is None or ac is None:
-        return None
-    return approvals.asking(ac.owners, ac.approval_timeout)
 
 
 def stream_settings(config: Config, name: str) -> StreamSettings:

@@ -243,7 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
         "broken file changes nothing and names the key",
     )
     reload.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for the daemon's answer"
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the daemon's answer (default: 30)",
     )
     reload.set_defaults(func="reload:reload")
     sub.add_parser(
@@ -430,16 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
     made.add_argument(
         "--with-secrets",
         action="store_true",
-        help="keep the config's secrets in it (the file is 0600 either way)",
+        help="keep the config's secrets in it (default: replaced by env: references; the "
+        "file is 0600 either way)",
     )
     made.set_defaults(func="backup:create")
     checked = bsub.add_parser("verify", help="check every part of a backup and count it")
-    checked.add_argument("path")
+    checked.add_argument("path", help="the backup file")
     checked.set_defaults(func="backup:verify")
     back = bsub.add_parser(
         "restore", help="restore into a new state file or an empty database (no daemon on it)"
     )
-    back.add_argument("path")
+    back.add_argument("path", help="the backup file")
     back.add_argument("--state", metavar="FILE", help="the new SQLite file (default: state.path)")
     back.add_argument(
         "--database", metavar="URL", help="an empty PostgreSQL database (default: state.url)"

@@ -61,7 +61,9 @@ def restore(args: argparse.Namespace) -> int:
     if state is not None and running(state) is not None:
         raise BackupError(f"a daemon runs on {state}: stop it first, or restore elsewhere")
     if url is not None:
-        anyio.run(_refuse_live_cluster, url)
+        from rousseau.state.backup_postgres import refuse_live_cluster
+
+        anyio.run(refuse_live_cluster, url)
     checked = anyio.run(lambda: put_back(Path(args.path), config, state_path=state, url=url))
     where = str(state) if state is not None else "the database"
     print(
@@ -71,25 +73,3 @@ def restore(args: argparse.Namespace) -> int:
     if not checked.manifest.with_secrets:
         print("  the backup kept no secrets: give the config its tokens again before starting")
     return 0
-
-
-async def _refuse_live_cluster(url: str) -> None:
-    """A database a daemon still beats in is not restored into."""
-    import time
-
-    import psycopg
-
-    from rousseau.state.backup import BackupError
-
-    try:
-        async with await psycopg.AsyncConnection.connect(url) as conn:
-            cursor = await conn.execute(
-                "SELECT count(*) FROM daemons WHERE beat_at > %s", (time.time() - 60,)
-            )
-            row = await cursor.fetchone()
-    except psycopg.errors.UndefinedTable:
-        return  # a new database
-    except psycopg.Error as exc:
-        raise BackupError(f"cannot reach the database: {exc}") from exc
-    if row and row[0]:
-        raise BackupError("daemons run on that database: stop them, or restore elsewhere")

@@ -356,6 +356,8 @@ def _doctor_store(config: Config, report: Report) -> None:
         return
     if not Path(config.state.path).expanduser().parent.is_dir():
         return  # said above; opening the store would make the folder
+    if _doctor_migrations(config, report):
+        return  # opening the store would migrate it: that is the daemon's to do
     try:
         with Store(config.state.path) as store:
             store.check_writable_sync()
@@ -364,10 +366,36 @@ def _doctor_store(config: Config, report: Report) -> None:
         report(False, "store", str(exc))
 
 
+def _doctor_migrations(config: Config, report: Report) -> bool:
+    """The store's migrations still to apply (or a schema newer than this code), read
+    without changing it; whether the store is better left unopened."""
+    import anyio
+
+    from rousseau.agent import StoreError
+    from rousseau.state.migrations import pending_in
+
+    try:
+        version, pending = anyio.run(pending_in, config)
+    except StoreError as exc:
+        report(False, "store", str(exc))
+        return True
+    if version and pending:
+        report.note(
+            "store",
+            f"{len(pending)} migration(s) pending (schema {version} -> {max(pending)}): the "
+            "daemon applies them at its next start, after keeping a copy of the store",
+        )
+        return True
+    return False
+
+
 def _doctor_postgres(config: Config, report: Report) -> None:
     """The shared store reachable, its schema up to date, and how many daemons beat."""
     from rousseau.agent import RousseauError
     from rousseau.state.postgres_daemon import PostgresDaemonState
+
+    if _doctor_migrations(config, report):
+        return
 
     async def reach(backend: Backend) -> str:
         count, _ = await backend.store.totals()

@@ -271,14 +271,12 @@ PLATFORMS: dict[str, Platform] = {
         ),
         Platform(
             "feishu",
-            "a Feishu or Lark app's bot (long connection)",
+            "a Feishu or Lark app's bot (persistent connection)",
             "lark_oapi",
-            "Feishu/Lark: in the developer console (open.feishu.cn/app, or open.larksuite.com\n"
-            "for Lark) create a custom app, add the Bot ability, grant im:message,\n"
-            "im:message.group_at_msg:readonly, im:message.p2p_msg:readonly and im:resource,\n"
-            "subscribe to im.message.receive_v1 and card.action.trigger choosing 'receive events\n"
-            "through a persistent connection', and publish a version. Copy the App ID and\n"
-            "App Secret from Credentials & Basic Info.",
+            "Feishu/Lark: in the developer console create a custom app with the Bot ability;\n"
+            "grant the permissions docs/transports/feishu.md lists, subscribe to\n"
+            "im.message.receive_v1 and card.action.trigger through a persistent connection,\n"
+            "publish a version, and copy the App ID and App Secret.",
             (
                 Ask("app_id", "The App ID (cli_...)", "The app's App ID.", starts=("cli_",)),
                 Ask(
@@ -288,15 +286,8 @@ PLATFORMS: dict[str, Platform] = {
                     "FEISHU_APP_SECRET",
                     secret=True,
                 ),
-                Ask(
-                    "base_url",
-                    "The open platform's address",
-                    "https://open.feishu.cn for Feishu, https://open.larksuite.com for Lark.",
-                    default="https://open.feishu.cn",
-                    starts=("https://", "http://"),
-                ),
             ),
-            (),
+            ("base_url",),
             "Now send the bot a direct message from your own Feishu account.",
         ),
         Platform(

@@ -182,27 +182,6 @@ class Router:
         self._idle = anyio.Event()
         self._idle.set()
 
-    def swap(
-        self,
-        *,
-        agent: Agent,
-        agents: dict[str, Agent],
-        routes: Routes,
-        file_moves: dict[str, Callable[[Attachment], Awaitable[Attachment]]],
-        profiles: Mapping[str, ProfileStore],
-        agent_turns: Mapping[str, int],
-    ) -> None:
-        """The agents and routes of a reloaded config, for the turns that start from now on
-        (a running turn keeps the agent it started with)."""
-        self.agent, self.agents, self.routes = agent, agents, routes
-        self.file_moves, self.profiles = file_moves, profiles
-        self._turns._agent, self._turns._agents = agent, agents
-        self._turns._file_moves = file_moves
-        self._context = replace(self._context, profiles=profiles)
-        self._slots.limit_agents(agent_turns)
-        if self._sharing is not None:
-            self._sharing._routes = routes
-
     # -- intake ---------------------------------------------------------------------------
 
     async def submit(self, inbound: Inbound) -> None:

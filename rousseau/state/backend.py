@@ -4,11 +4,14 @@ or PostgreSQL (`state.url`, which several daemons share)."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import structlog
 
 from rousseau.config import Config
 from rousseau.state.daemon_state import DaemonState, TransportState
@@ -22,6 +25,8 @@ from rousseau.state.protocol import (
 )
 from rousseau.state.sqlite_cron import SqliteCronJobs
 from rousseau.state.store import Store
+
+log = structlog.get_logger("rousseau.store")
 
 if TYPE_CHECKING:
     from rousseau.messages import KeyValue
@@ -97,7 +102,14 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
     from rousseau.state.postgres_profiles import PostgresProfiles
     from rousseau.state.postgres_spending import PostgresSpending
 
-    pg = await PostgresStore.open(config.state.url.get_secret_value())
+    async def backed_up(version: int) -> None:  # before the schema changes: a copy kept
+        from rousseau.state.backup import create
+
+        target = Path(config.backup.dir) / f"before-v{version}-{time.time():.0f}.tar"
+        await create(config, target, whole=False)
+        log.info("store.copied_before_migrating", path=str(target), version=version)
+
+    pg = await PostgresStore.open(config.state.url.get_secret_value(), before=backed_up)
     state = PostgresDaemonState(pg, lease=config.state.lease)
     if daemon:
         await state.beat()

@@ -169,20 +169,26 @@ def key_stores(config: Config) -> dict[str, Path]:
     return found
 
 
-async def create(config: Config, target: Path, *, with_secrets: bool = False) -> Manifest:
-    """A backup of what `config` keeps, written to `target` (atomically, 0600); the file
-    work on a thread (a daemon makes them while it serves)."""
+async def create(
+    config: Config, target: Path, *, with_secrets: bool = False, whole: bool = True
+) -> Manifest:
+    """A backup of what `config` keeps (not `whole`: its state alone), written to `target`
+    (atomically, 0600); the file work on a thread (a daemon makes them while it serves)."""
     with tempfile.TemporaryDirectory(prefix="rousseau-backup-") as scratch:
         work = Path(scratch)
         if config.state.url is not None:
             url = config.state.url.get_secret_value()
             manifest = Manifest(time.time(), "postgresql", 0, with_secrets)
-            members = await _postgres_snapshot(url, work, manifest)
+            from rousseau.state.backup_postgres import snapshot
+
+            members = await snapshot(url, work, manifest)
         else:
             manifest, members = await anyio.to_thread.run_sync(
                 _sqlite_members, config, work, with_secrets
             )
-        write = functools.partial(_write, config, target, manifest, members, work, with_secrets)
+        write = functools.partial(
+            _write, config, target, manifest, members, work, with_secrets, whole
+        )
         await anyio.to_thread.run_sync(write)
     return manifest
 
@@ -207,17 +213,18 @@ def _write(
     members: dict[str, Path],
     work: Path,
     with_secrets: bool,
+    whole: bool,
 ) -> None:
     """The tar: the manifest first (every other part hashed before), then the state's
-    parts, the media blobs, the key stores and the config."""
+    parts, the media blobs, the key stores and the config (not `whole`: the state alone)."""
     target = target.expanduser()
     target.parent.mkdir(parents=True, exist_ok=True)
     body: list[tuple[str, Path]] = list(members.items())
     media = config.state.media_folder()
-    if media.is_dir():
+    if whole and media.is_dir():
         blobs = sorted(p for p in media.rglob("*") if p.is_file())
         body += [(f"media/{p.relative_to(media).as_posix()}", p) for p in blobs]
-    keys = key_stores(config)
+    keys = key_stores(config) if whole else {}
     manifest.keys = {name: str(path) for name, path in keys.items()}
     body += _key_copies(keys, work)
     told: tuple[str, bytes] | None = None
@@ -258,7 +265,7 @@ def _key_copies(keys: dict[str, Path], work: Path) -> list[tuple[str, Path]]:
     return copies
 
 
-def _chunks(source: Any) -> Iterator[bytes]:
+def chunks(source: Any) -> Iterator[bytes]:
     while chunk := source.read(1 << 20):
         yield bytes(chunk)
 
@@ -269,58 +276,6 @@ def _hash(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-async def _postgres_snapshot(url: str, work: Path, manifest: Manifest) -> dict[str, Path]:
-    """Every table (but the transient ones) copied out in one repeatable-read transaction:
-    a consistent snapshot while daemons write."""
-    import psycopg
-
-    members: dict[str, Path] = {}
-    try:
-        async with await psycopg.AsyncConnection.connect(url) as conn:
-            await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
-            await conn.set_read_only(True)
-            async with conn.transaction():
-                cursor = await conn.execute(
-                    "SELECT coalesce(max(version), 0) FROM schema_migrations"
-                )
-                row = await cursor.fetchone()
-                manifest.schema = int(row[0]) if row else 0
-                for table, columns in (await _pg_tables(conn)).items():
-                    if table in TRANSIENT:
-                        continue
-                    path = work / f"{table}.copy.gz"
-                    rows = 0
-                    listed = ", ".join(f'"{c}"' for c in columns)
-                    with gzip.open(path, "wb", compresslevel=6) as out:
-                        async with conn.cursor().copy(
-                            f'COPY (SELECT {listed} FROM "{table}") TO STDOUT'
-                        ) as copy:
-                            async for chunk in copy:
-                                out.write(chunk)
-                                rows += bytes(chunk).count(b"\n")
-                    members[f"state/postgresql/{table}.copy.gz"] = path
-                    manifest.columns[table] = columns
-                    manifest.rows[table] = rows
-    except psycopg.Error as exc:
-        raise BackupError(f"state: cannot read the PostgreSQL store: {exc}") from exc
-    return members
-
-
-async def _pg_tables(conn: Any) -> dict[str, list[str]]:
-    """The schema's tables and their columns (generated ones left out: they are made)."""
-    cursor = await conn.execute(
-        "SELECT table_name, column_name FROM information_schema.columns"
-        " WHERE table_schema = current_schema() AND is_generated = 'NEVER'"
-        " AND table_name IN (SELECT table_name FROM information_schema.tables"
-        "  WHERE table_schema = current_schema() AND table_type = 'BASE TABLE')"
-        " ORDER BY table_name, ordinal_position"
-    )
-    tables: dict[str, list[str]] = {}
-    for table, column in await cursor.fetchall():
-        tables.setdefault(str(table), []).append(str(column))
-    return tables
 
 
 # -- reading a backup ----------------------------------------------------------------------
@@ -376,7 +331,7 @@ def verify(path: Path) -> Checked:
                 local = Path(scratch) / "part"
                 digest = hashlib.sha256()
                 with local.open("wb") as out:
-                    for chunk in _chunks(source):
+                    for chunk in chunks(source):
                         digest.update(chunk)
                         out.write(chunk)
                 if digest.hexdigest() != expected["sha256"]:
@@ -417,7 +372,7 @@ def _check_state(name: str, local: Path, manifest: Manifest, scratch: Path) -> d
         table = name.removeprefix("state/postgresql/").removesuffix(".copy.gz")
         try:
             with gzip.open(local, "rb") as source:
-                count = sum(chunk.count(b"\n") for chunk in _chunks(source))
+                count = sum(chunk.count(b"\n") for chunk in chunks(source))
         except (OSError, EOFError) as exc:
             raise BackupError(f"{name}: unreadable ({exc})") from None
         if count != manifest.rows.get(table):
@@ -447,7 +402,9 @@ async def restore(
             await anyio.to_thread.run_sync(put)
         else:
             assert url is not None
-            await _restore_postgres(tar, manifest, url, Path(scratch))
+            from rousseau.state.backup_postgres import restore_into
+
+            await restore_into(tar, manifest, url, Path(scratch))
     await anyio.to_thread.run_sync(_restore_all_files, path, config, manifest)
     return checked
 
@@ -473,76 +430,6 @@ def _restore_sqlite(tar: tarfile.TarFile, target: Path, scratch: Path) -> None:
     from rousseau.state import Store
 
     Store(target).close()  # brought up to this version's schema
-
-
-async def _restore_postgres(tar: tarfile.TarFile, manifest: Manifest, url: str, _: Path) -> None:
-    import psycopg
-
-    from rousseau.state.postgres import PostgresStore
-
-    store = await PostgresStore.open(url)  # the schema made (or brought up to date)
-    await store.aclose()
-    try:
-        async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction():
-            cursor = await conn.execute(SCHEMA)
-            row = await cursor.fetchone()
-            if row is None or int(row[0]) != manifest.schema:
-                raise BackupError(
-                    f"the backup's schema is version {manifest.schema}, this version's is "
-                    f"{row[0] if row else 0}: restore it with the version that made it"
-                )
-            cursor = await conn.execute(
-                "SELECT (SELECT count(*) FROM sessions) + (SELECT count(*) FROM cron_jobs)"
-            )
-            row = await cursor.fetchone()
-            if row and row[0]:
-                raise BackupError("the database is not empty: restore into a new database")
-            present = await _pg_tables(conn)
-            for table in await _pg_order(conn, list(manifest.columns)):
-                if table not in present:
-                    raise BackupError(f"state/postgresql/{table}.copy.gz: no such table here")
-                source = tar.extractfile(f"state/postgresql/{table}.copy.gz")
-                if source is None:
-                    raise BackupError(f"state/postgresql/{table}.copy.gz: missing")
-                await conn.execute(f'DELETE FROM "{table}"')  # what the schema made itself
-                listed = ", ".join(f'"{c}"' for c in manifest.columns[table])
-                async with conn.cursor().copy(f'COPY "{table}" ({listed}) FROM STDIN') as copy:
-                    with gzip.open(source, "rb") as data:
-                        for chunk in _chunks(data):
-                            await copy.write(chunk)
-            cursor = await conn.execute(
-                "SELECT table_name, column_name FROM information_schema.columns"
-                " WHERE table_schema = current_schema() AND column_default LIKE 'nextval(%%'"
-            )
-            for table, column in await cursor.fetchall():
-                await conn.execute(
-                    f"SELECT setval(pg_get_serial_sequence('\"{table}\"', '{column}'),"
-                    f' coalesce((SELECT max("{column}") FROM "{table}"), 0) + 1, false)'
-                )
-    except psycopg.Error as exc:
-        raise BackupError(f"state: cannot restore into the database: {exc}") from exc
-
-
-async def _pg_order(conn: Any, tables: list[str]) -> list[str]:
-    """`tables` with each after the tables its foreign keys point at."""
-    cursor = await conn.execute(
-        "SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint"
-        " WHERE contype = 'f'"
-    )
-    needs: dict[str, set[str]] = {t: set() for t in tables}
-    for child, parent in await cursor.fetchall():
-        child, parent = str(child).strip('"'), str(parent).strip('"')
-        if child in needs and parent in needs and child != parent:
-            needs[child].add(parent)
-    ordered: list[str] = []
-    while needs:
-        ready = sorted(t for t, n in needs.items() if not n - set(ordered))
-        if not ready:
-            raise BackupError(f"tables that point at each other: {sorted(needs)}")
-        ordered += ready
-        for t in ready:
-            del needs[t]
-    return ordered
 
 
 def _restore_files(tar: tarfile.TarFile, config: Config, manifest: Manifest) -> None:
@@ -588,6 +475,22 @@ async def scheduled(config: Config) -> tuple[Path, Manifest, int]:
     manifest = await create(config, target)
     gone = await anyio.to_thread.run_sync(rotate, target.parent, section.keep)
     return target, manifest, len(gone)
+
+
+def prune_upgrade_copies(config: Config, made_before: float) -> list[str]:
+    """The copies kept before migrating the store (`STATE.before-vN.bak` beside a SQLite
+    store, `before-vN-*.tar` in backup.dir for PostgreSQL) made before `made_before`,
+    deleted: the start after a migration has gone well."""
+    from rousseau.state.migrations import prune_copies
+
+    gone = [] if config.state.url else prune_copies(config.state.path, made_before)
+    folder = Path(config.backup.dir).expanduser()
+    if folder.is_dir():
+        for old in folder.glob("before-v*.tar"):
+            if old.stat().st_mtime < made_before:
+                old.unlink(missing_ok=True)
+                gone.append(str(old))
+    return gone
 
 
 def default_name(folder: Path) -> Path:

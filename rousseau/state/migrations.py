@@ -7,10 +7,19 @@ sqlite-utils does the work (its import, 0.15 s, is paid only by a store that mig
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from rousseau.agent.errors import StoreError
+
+log = structlog.get_logger("rousseau.store")
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,8 +431,15 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[int]:
-    """Apply every pending migration, each in its own transaction; return those applied."""
+def migrate(
+    conn: sqlite3.Connection,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+    *,
+    before: Callable[[sqlite3.Connection, int], None] | None = None,
+) -> list[int]:
+    """Apply every pending migration, each in its own transaction; return those applied.
+    A store whose schema is newer than these migrations is refused (StoreError); `before`
+    is called (with the newest version to come) before a store holding data is changed."""
     conn.execute(
         """CREATE TABLE IF NOT EXISTS schema_migrations (
             version INTEGER PRIMARY KEY,
@@ -431,6 +447,11 @@ def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRAT
             applied_at REAL NOT NULL
         )"""
     )
+    done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    check_not_newer(done, migrations)
+    pending = [m.version for m in migrations if m.version not in done]
+    if done and pending and before is not None:
+        before(conn, max(pending))
     applied: list[int] = []
     for migration in migrations:
         conn.execute("BEGIN IMMEDIATE")
@@ -453,3 +474,82 @@ def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRAT
             conn.execute("ROLLBACK")
             raise
     return applied
+
+
+def check_not_newer(done: set[int], migrations: tuple[Any, ...]) -> None:
+    """StoreError if the store has migrations this code does not know (a newer rousseau
+    made it): running on it could lose what the newer schema keeps."""
+    known = max((m.version for m in migrations), default=0)
+    newest = max(done, default=0)
+    if newest > known:
+        raise StoreError(
+            f"the store's schema is version {newest}, newer than this rousseau knows ({known}):"
+            " upgrade rousseau, or restore a backup made with this version"
+        )
+
+
+async def pending_in(config: Any) -> tuple[int, list[int]]:
+    """The store's schema version and the migrations this code would apply to it, read
+    without changing it (0 and none for a store not made yet); StoreError if it is newer
+    than this code or cannot be read."""
+    if config.state.url is not None:
+        return await _pending_postgres(config.state.url.get_secret_value())
+    return _pending_sqlite(config.state.path)
+
+
+def _pending_sqlite(path: str) -> tuple[int, list[int]]:
+    path = os.path.expanduser(path)
+    if not os.path.isfile(path):
+        return 0, []
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read the store at {path}: {exc}") from exc
+    check_not_newer(done, MIGRATIONS)
+    return max(done, default=0), [m.version for m in MIGRATIONS if m.version not in done]
+
+
+async def _pending_postgres(url: str) -> tuple[int, list[int]]:
+    import psycopg
+
+    from rousseau.state.postgres_migrations import MIGRATIONS as PG
+
+    try:
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            cursor = await conn.execute("SELECT version FROM schema_migrations")
+            done = {int(row[0]) for row in await cursor.fetchall()}
+    except psycopg.errors.UndefinedTable:
+        return 0, []
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot read the PostgreSQL store: {exc}") from exc
+    check_not_newer(done, PG)
+    return max(done, default=0), [m.version for m in PG if m.version not in done]
+
+
+def copy_before(path: str) -> Callable[[sqlite3.Connection, int], None]:
+    """What keeps a copy of the store at `path` before migrating it to a version:
+    `PATH.before-vN.bak` (0600), removed by the next successful start."""
+
+    def keep(conn: sqlite3.Connection, version: int) -> None:
+        target = f"{path}.before-v{version}.bak"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+        with contextlib.closing(sqlite3.connect(target)) as copy:
+            conn.backup(copy)
+        log.info("store.copied_before_migrating", path=target, version=version)
+
+    return keep
+
+
+def prune_copies(path: str, made_before: float) -> list[str]:
+    """The copies kept before a migration that are older than `made_before` (this start's
+    beginning: the start that migrated has run), deleted."""
+    folder, name = os.path.split(os.path.abspath(os.path.expanduser(path)))
+    gone = []
+    for entry in os.scandir(folder or "."):
+        if entry.name.startswith(f"{name}.before-v") and entry.name.endswith(".bak"):
+            if entry.stat().st_mtime < made_before:
+                os.unlink(entry.path)
+                gone.append(entry.path)
+    return gone

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ import structlog
 from rousseau.agent import Compaction, Message, Role, Session, StoreError, Usage
 from rousseau.agent.protocols import ToolCallRecord
 from rousseau.messages import DEFAULT_AGENT
+from rousseau.state.migrations import check_not_newer
 from rousseau.state.postgres_migrations import MIGRATIONS
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.recall import CANDIDATES, RANKED, probed, rarest, words_of
@@ -76,9 +77,18 @@ class PostgresStore:
         self._urgent_lock = anyio.Lock()
 
     @classmethod
-    async def open(cls, url: str, *, max_size: int = 10, wait: float = 15.0) -> PostgresStore:
+    async def open(
+        cls,
+        url: str,
+        *,
+        max_size: int = 10,
+        wait: float = 15.0,
+        before: Callable[[int], Awaitable[None]] | None = None,
+    ) -> PostgresStore:
         """Connect (a pool of at most `max_size` connections) and bring the schema up to
-        date; StoreError, naming the server, if it cannot be reached in `wait` seconds."""
+        date (`before` awaited first, with the newest version to come, when a store holding
+        data is to change); StoreError, naming the server, if it cannot be reached in `wait`
+        seconds, or if its schema is newer than this code's."""
         import psycopg
         from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -88,7 +98,7 @@ class PostgresStore:
         try:
             await pool.open(wait=True, timeout=wait)
             store = cls(pool, url)
-            await store._migrate()
+            await store._migrate(before)
         except (psycopg.Error, PoolTimeout) as exc:
             await pool.close()
             where = psycopg.conninfo.conninfo_to_dict(url)
@@ -128,7 +138,7 @@ class PostgresStore:
                 self._urgent = None
                 raise _failed(exc) from exc
 
-    async def _migrate(self) -> list[int]:
+    async def _migrate(self, before: Callable[[int], Awaitable[None]] | None = None) -> list[int]:
         async with self.transaction() as db:
             await db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             await db.execute(
@@ -137,6 +147,10 @@ class PostgresStore:
             )
             cursor = await db.execute("SELECT version FROM schema_migrations")
             done = {row[0] for row in await cursor.fetchall()}
+            check_not_newer(done, MIGRATIONS)
+            pending = [m.version for m in MIGRATIONS if m.version not in done]
+            if done and pending and before is not None:
+                await before(max(pending))
             applied = []
             for migration in MIGRATIONS:
                 if migration.version in done:

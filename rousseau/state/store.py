@@ -23,7 +23,7 @@ from rousseau.agent.protocols import ToolCallRecord
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.private import private_file
 from rousseau.state.checkpoint import BACKSTOP_PAGES, Checkpointer
-from rousseau.state.migrations import migrate
+from rousseau.state.migrations import copy_before, migrate
 from rousseau.state.protocol import Recalled, SearchHit, SessionInfo
 from rousseau.state.records import ImportedSession, SessionCopied
 from rousseau.state.worker import DBWorker, WorkerTimeout
@@ -97,7 +97,7 @@ class Store:
                 # Checkpoints are the checkpointer's, off this connection's commits; this is
                 # the backstop should it fall behind.
                 conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
-            migrate(conn)
+            migrate(conn, before=copy_before(self.path) if self.path != ":memory:" else None)
         except BaseException:
             conn.close()
             raise
