@@ -104,6 +104,8 @@ async def reload(daemon: Daemon, apply: Apply) -> bool:
         daemon.chat_policies.clear()
         daemon.chat_policies.update({**configured_policies(new), **daemon.given_policies})
         daemon.config = new
+        if parts.backend.cluster is not None:  # told to the others with the next beat
+            parts.backend.cluster.config = new.digest()
         restarted, more = await _restart_changed(daemon, old, new, parts)
         needs += more
         for line in needs:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, openai_stream
@@ -171,3 +172,36 @@ def test_a_changed_section_restarts_that_transport_alone(
     finally:
         chat.stop()
         moved.stop()
+
+
+@pytest.mark.anyio
+async def test_status_shows_the_config_each_daemon_of_a_cluster_runs(
+    tmp_path: Path, postgres: Any
+) -> None:
+    """Each daemon reloads its own file: status shows the digest each one runs."""
+    from rousseau.config import load_config
+    from rousseau.state.backend import open_backend
+
+    url = postgres.new_database()
+    backends, digests = [], []
+    for n in (1, 2):
+        file = tmp_path / f"daemon{n}.yaml"
+        file.write_text(f"state:\n  url: {url}\nagent:\n  system_prompt: daemon {n}\n")
+        config = load_config(str(file), {"HOME": str(tmp_path)})
+        backends.append(await open_backend(config))
+        digests.append(config.digest())
+    try:
+        status = await anyio.run_process(
+            [*ROUSSEAU, "--config", str(tmp_path / "daemon1.yaml"), "status"],
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+            check=False,
+        )
+    finally:
+        for backend in backends:
+            await backend.aclose()
+    said = status.stdout.decode()
+    assert status.returncode == 0, status.stderr.decode()
+    assert digests[0] != digests[1]
+    for backend, digest in zip(backends, digests, strict=True):
+        assert backend.cluster is not None
+        assert f"{backend.cluster.id}" in said and f"config {digest}" in said

@@ -18,7 +18,8 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 OURS = {
-    "rousseau", "rousseau.alerts", "rousseau.agent", "rousseau.agent.approval", "rousseau.agent.compress",
+    "rousseau", "rousseau.alerts", "rousseau.agent", "rousseau.agent.approval",
+    "rousseau.agent.compress",
     "rousseau.agent.errors", "rousseau.agent.loop", "rousseau.agent.protocols",
     "rousseau.agent.repair", "rousseau.agent.types", "rousseau.agents",
     "rousseau.assembly", "rousseau.assembly.agent", "rousseau.assembly.models",

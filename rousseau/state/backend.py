@@ -111,6 +111,7 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
 
     pg = await PostgresStore.open(config.state.url.get_secret_value(), before=backed_up)
     state = PostgresDaemonState(pg, lease=config.state.lease)
+    state.config = config.digest()
     if daemon:
         await state.beat()
     return Backend(

@@ -111,6 +111,8 @@ class PostgresDaemonState:
         """Transports whose replies this daemon sends itself, claimed as queued (a web page)."""
         self.elected: frozenset[str] = frozenset()
         """One-daemon transports: a reply for one that another daemon runs is announced to it."""
+        self.config = ""
+        """The digest of the config this daemon runs (told with each beat, for status)."""
         self._polled: set[str] = set()  # the transports this daemon is elected for, now
 
     def _stale(self) -> float:
@@ -123,9 +125,19 @@ class PostgresDaemonState:
                 await self.clock.read(db)
             now = self.clock()
             await db.execute(
-                "INSERT INTO daemons (id, host, pid, started_at, beat_at)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET beat_at = %s",
-                (self.id, socket.gethostname(), os.getpid(), now, now, now),
+                "INSERT INTO daemons (id, host, pid, started_at, beat_at, config)"
+                " VALUES (%s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (id) DO UPDATE SET beat_at = %s, config = %s",
+                (
+                    self.id,
+                    socket.gethostname(),
+                    os.getpid(),
+                    now,
+                    now,
+                    self.config,
+                    now,
+                    self.config,
+                ),
             )
 
     async def leave(self) -> None:
@@ -155,6 +167,14 @@ class PostgresDaemonState:
     def approvals(self) -> PostgresApprovals:
         """The relay by which this daemon's tool approvals are answered on any daemon."""
         return PostgresApprovals(self.store, self.id)
+
+    async def configs(self) -> dict[str, str]:
+        """The digest of the config each living daemon runs (as its last beat said)."""
+        async with self.store.transaction() as db:
+            cursor = await db.execute(
+                "SELECT id, config FROM daemons WHERE beat_at >= %s", (self._stale(),)
+            )
+            return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
 
     async def daemons(self) -> list[tuple[str, float]]:
         """The daemons that beat within the lease, with their last beat."""

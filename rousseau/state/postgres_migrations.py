@@ -281,4 +281,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX sessions_parent ON sessions (parent)",
         ),
     ),
+    Migration(
+        10,
+        "daemons: the config each one runs (its digest, for status)",
+        ("ALTER TABLE daemons ADD COLUMN config TEXT NOT NULL DEFAULT ''",),
+    ),
 )
