@@ -35,6 +35,7 @@ from rousseau.router import Router
 from rousseau.state.backend import Backend, open_backend
 from rousseau.state.cluster import elected
 from rousseau.state.lock import DaemonLock
+from rousseau.tools import Shared
 from rousseau.transports import build_transports
 from rousseau.transports.abilities import Abilities
 from rousseau.transports.base import Transport
@@ -84,6 +85,7 @@ class Daemon:
         self.forced = False
         """A second signal ended the graceful stop."""
         self.parts: Parts | None = None
+        self.mcp: upkeep.MCPServers | None = None
         self.serving: TaskGroup | None = None
         self.scopes: dict[str, anyio.CancelScope] = {}
         """Each transport's serving, to restart one alone when its section changes."""
@@ -126,8 +128,7 @@ class Daemon:
                     )
                     probes.start_soon(_built, parts.provider, started)
                     self.parts = parts
-                    async with parts.tools_connected():
-                        await self._serve(parts, listeners)
+                    await self._serve(parts, listeners)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._close(parts, backend)
@@ -174,6 +175,9 @@ class Daemon:
         router, cluster = parts.router, parts.backend.cluster
         async with anyio.create_task_group() as tg:
             self.serving = tg
+            parts.shared = Shared(parts.registries)
+            self.mcp = upkeep.MCPServers(parts.shared)
+            await tg.start(self.mcp.run, dict(parts.config.mcp_servers))
             tg.start_soon(self._signals, router, tg.cancel_scope)
             tg.start_soon(self._hangups)
             await tg.start(router.run)

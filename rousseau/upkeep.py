@@ -14,16 +14,18 @@ import structlog
 from rousseau.agent import RousseauError
 from rousseau.alerts import Alerts
 from rousseau.config import Config
+from rousseau.mcp.client import MCPConnection, mcp_tools
 from rousseau.policy import chat_policies as configured_policies
 from rousseau.transports import build_transports
 from rousseau.transports.abilities import Abilities, TakesFiles
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
+    from anyio.abc import TaskGroup, TaskStatus
 
     from rousseau.media import MediaIntake
     from rousseau.metrics import Metrics
     from rousseau.policy import ChatPolicy
+    from rousseau.tools import Shared
     from rousseau.transports.base import Transport
 
 Parts = Any
@@ -49,10 +51,47 @@ class Daemon(Protocol):
     serving: TaskGroup | None
     media: MediaIntake
     metrics: Metrics
+    mcp: MCPServers | None
 
     def transport_states(self) -> dict[str, dict[str, Any]]: ...
 
     async def serve_scoped(self, transport: Transport, parts: Any) -> None: ...
+
+
+class MCPServers:
+    """The configured MCP servers, connected while the daemon serves, their tools in every
+    agent's registry (`shared`); restarted whole when a reload changes them."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.connections: list[MCPConnection] = []
+        self._stop = anyio.Event()
+        self._done = anyio.Event()
+        self._done.set()
+
+    async def run(
+        self, servers: dict[str, Any], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Connect `servers` (each tried once before this says it started) and keep them
+        connected until stopped; then take their tools back out of the registries."""
+        self._stop, self._done = anyio.Event(), anyio.Event()
+        try:
+            async with mcp_tools(servers, self.shared) as connections:
+                self.connections = connections
+                task_status.started()
+                await self._stop.wait()
+                for connection in connections:
+                    for name in connection.tools:
+                        self.shared.unregister(name)
+        finally:
+            self._done.set()
+
+    async def restart(self, servers: dict[str, Any], tg: TaskGroup) -> None:
+        """The running servers stopped (their tools gone), then `servers` connected."""
+        self._stop.set()
+        await self._done.wait()
+        await tg.start(self.run, servers)
+        log.info("mcp.restarted", servers=sorted(servers))
 
 
 async def quietly(fn: Callable[[], Awaitable[None]]) -> None:
@@ -103,6 +142,8 @@ async def reload(daemon: Daemon, apply: Apply) -> bool:
             return False
         daemon.chat_policies.clear()
         daemon.chat_policies.update({**configured_policies(new), **daemon.given_policies})
+        if new.mcp_servers != old.mcp_servers and daemon.mcp is not None and daemon.serving:
+            await daemon.mcp.restart(dict(new.mcp_servers), daemon.serving)
         daemon.config = new
         if parts.backend.cluster is not None:  # told to the others with the next beat
             parts.backend.cluster.config = new.digest()

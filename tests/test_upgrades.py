@@ -19,6 +19,7 @@ from rousseau.state.migrations import MIGRATIONS, migrate
 from tests.fakes.llm import FakeLLMServer
 from tests.fakes.telegram import FakeTelegram
 from tests.helpers import ROUSSEAU
+from tests.test_backup import cli
 from tests.test_daemon import Daemon, model
 
 NEWEST = MIGRATIONS[-1].version
@@ -42,16 +43,6 @@ def behind(db: Path) -> None:
 def versions(db: Path) -> set[int]:
     with closing(sqlite3.connect(db)) as conn:
         return {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-
-
-def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*ROUSSEAU, "--config", str(config), *args],
-        env={"PATH": os.environ["PATH"], "HOME": str(config.parent)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_a_store_behind_is_copied_before_it_is_migrated(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,6 @@ from rousseau.costs import Meter
 from rousseau.costs.meter import Budgeted
 from rousseau.cron import CronRunner, CronTool, Scheduler
 from rousseau.cron.scheduler import HEARTBEAT
-from rousseau.mcp.client import MCPConnection, mcp_tools
 from rousseau.media import MediaIntake, move_to_workspace
 from rousseau.messages import DEFAULT_AGENT
 from rousseau.metrics import Metrics
@@ -96,12 +94,6 @@ class Parts:
     """Where MCP servers' tools are registered (every agent's registry)."""
     faces: list[Any] = dataclasses.field(default_factory=list)
     """The web faces served (their keys and passwords change on a reload)."""
-
-    def tools_connected(self) -> AbstractAsyncContextManager[list[MCPConnection]]:
-        """The configured MCP servers connected, their tools given to every agent, while
-        the block runs."""
-        self.shared = Shared(self.registries)
-        return mcp_tools(self.config.mcp_servers, self.shared)
 
     def server(
         self,

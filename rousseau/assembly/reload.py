@@ -114,9 +114,9 @@ def _keep_mcp_tools(parts: Parts, built: Agents) -> None:
     reconnections registering there from now on."""
     if parts.shared is None:
         return
-    first = parts.registries[0]
+    first, have = parts.registries[0], set(built.registry.names())
     for name in first.names():
-        if built.registry.get(name) is None:
+        if name not in have:
             for registry in built.registries:
                 registry.register(first.get(name))
     parts.shared.registries = list(built.registries)
@@ -125,12 +125,15 @@ def _keep_mcp_tools(parts: Parts, built: Agents) -> None:
 def _restart_only(old: Config, new: Config) -> list[str]:
     """What changed that only a restart applies, one line each."""
     fixed = {
-        "mcp_servers": (old.mcp_servers, new.mcp_servers),
         "state": (old.state, new.state),
         "health": (old.health, new.health),
         "embeddings": (old.embeddings, new.embeddings),
         "max_concurrent_turns": (old.max_concurrent_turns, new.max_concurrent_turns),
         "send_timeout": (old.send_timeout, new.send_timeout),
+        "agent.turn_timeout": (old.agent.turn_timeout, new.agent.turn_timeout),
+        "media": (old.media, new.media),
+        "speech": (old.speech, new.speech),
+        "log": (old.log, new.log),
         "web.listen": tuple(c.web.listen if c.web is not None else None for c in (old, new)),
     }
     return [f"{key}: fixed at start-up" for key, (was, now) in fixed.items() if was != now]

@@ -342,8 +342,8 @@ class FakeFeishu(AioServer):
         self.deliver(sent)
         return sent
 
-    def deliver(self, event: Event, *, raw: bytes | None = None) -> None:
-        """The event as a data frame to the connected client (kept until one connects)."""
+    def _frame(self, event: Event, raw: bytes | None = None) -> bytes:
+        """An event's data frame (in one part: `sum` 1)."""
         payload = raw if raw is not None else json.dumps(event.body).encode()
         headers = {
             "type": "event",
@@ -352,7 +352,11 @@ class FakeFeishu(AioServer):
             "seq": "0",
             "trace_id": secrets.token_hex(8),
         }
-        frame = encode_frame(DATA, headers, payload, next(self._seq))
+        return encode_frame(DATA, headers, payload, next(self._seq))
+
+    def deliver(self, event: Event, *, raw: bytes | None = None) -> None:
+        """The event as a data frame to the connected client (kept until one connects)."""
+        frame = self._frame(event, raw)
 
         async def send() -> None:
             live = [ws for ws in self.sockets if not ws.closed]
@@ -417,16 +421,7 @@ class FakeFeishu(AioServer):
         self.sockets.append(ws)
         waiting, self.waiting = self.waiting, []
         for event in waiting:
-            headers = {
-                "type": "event",
-                "message_id": event.frame_id,
-                "sum": "1",
-                "seq": "0",
-                "trace_id": secrets.token_hex(8),
-            }
-            await ws.send_bytes(
-                encode_frame(DATA, headers, json.dumps(event.body).encode(), next(self._seq))
-            )
+            await ws.send_bytes(self._frame(event))
         async for message in ws:
             if message.type != WSMsgType.BINARY:
                 continue

@@ -126,3 +126,35 @@ async def test_a_streamable_http_server_with_headers() -> None:
             said = await registry.get("remote__whoami").execute({}, None)  # type: ignore[arg-type]
         server.should_exit = True
     assert not said.is_error and said.content == "Bearer test-token"
+
+
+async def test_a_reload_that_changes_the_servers_restarts_them(tmp_path: Path) -> None:
+    from rousseau.config import load_config
+    from rousseau.transports.base import MemoryTransport
+    from tests.helpers import serving
+
+    def servers(name: str) -> str:
+        return (
+            f"mcp_servers:\n  {name}: {{command: {sys.executable}, args: [{TINY.args[0]}]}}\n"
+            f"agent:\n  approver: {{mode: pattern, allow: [{{tool: {name}__shout}}]}}\n"
+        )
+
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(servers("tiny"))
+    config = load_config(
+        str(config_file),
+        {"HOME": str(tmp_path), "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db")},
+    )
+    memory = MemoryTransport()
+    provider = calling("other__shout", text="from the new server")
+    async with serving(memory, config, provider, ["user"]) as daemon:
+        assert daemon.parts is not None
+        assert "tiny__shout" in daemon.parts.registries[0].names()
+        config_file.write_text(servers("other"))
+        assert await daemon.reload()
+        names = daemon.parts.registries[0].names()
+        assert "tiny__shout" not in names and "other__shout" in names
+        await memory.inject("shout please")
+        with anyio.fail_after(30):
+            [sent] = await memory.wait_sent(1)
+    assert sent.text == "FROM THE NEW SERVER!"
