@@ -205,3 +205,47 @@ async def test_status_shows_the_config_each_daemon_of_a_cluster_runs(
     for backend, digest in zip(backends, digests, strict=True):
         assert backend.cluster is not None
         assert f"{backend.cluster.id}" in said and f"config {digest}" in said
+
+
+@pytest.mark.anyio
+async def test_a_turn_running_through_a_reload_finishes_on_its_own_config(
+    tmp_path: Path,
+) -> None:
+    """The turn that was running when the prompt changed asks its second question with the
+    prompt it started with; the next turn has the new one."""
+    from rousseau.agent import Request, Response
+    from rousseau.agent.testing import FunctionProvider, text_reply, tool_reply
+    from rousseau.config import load_config
+    from rousseau.transports.base import MemoryTransport
+    from tests.helpers import serving
+
+    def written(prompt: str) -> None:
+        (tmp_path / "config.yaml").write_text(
+            f"agent:\n  system_prompt: {prompt}\n"
+            "  approver: {mode: pattern, allow: [{tool: bash}]}\n"
+        )
+
+    def answer(request: Request) -> Response:
+        last = request.messages[-1]
+        if last.tool_results:
+            return text_reply(f"second call under: {request.system.splitlines()[0]}")
+        if "slow" in last.text:
+            return tool_reply("bash", command="sleep 2")
+        return text_reply(f"under: {request.system.splitlines()[0]}")
+
+    written("You are A.")
+    env = {"HOME": str(tmp_path), "ROUSSEAU_STATE_PATH": str(tmp_path / "s.db")}
+    config = load_config(str(tmp_path / "config.yaml"), env)
+    memory = MemoryTransport()
+    async with serving(memory, config, FunctionProvider(answer), ["user"]) as daemon:
+        await memory.inject("slow please")
+        await anyio.sleep(0.5)  # the bash call runs
+        written("You are B.")
+        assert await daemon.reload()
+        with anyio.fail_after(20):
+            [during] = await memory.wait_sent(1)
+        await memory.inject("and now?")
+        with anyio.fail_after(20):
+            after = (await memory.wait_sent(2))[1]
+    assert during.text == "second call under: You are A."
+    assert after.text == "under: You are B."
