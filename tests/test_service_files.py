@@ -37,6 +37,7 @@ def test_systemd_unit_is_hardened_and_notifies() -> None:
         assert service.get(key), key
     assert "/var/lib/rousseau" in service["ReadWritePaths"]
     assert service["ExecStart"].endswith(" run")
+    assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"  # systemctl reload
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")

@@ -68,7 +68,8 @@ async def member(
     cancelled (as a daemon killed: it neither finishes nor frees anything). Where it is the
     `poller`, it runs the transport and sends its replies."""
     from rousseau.state.postgres import PostgresStore
-    from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+    from rousseau.state.postgres_kv import PostgresTransportState
 
     store = await PostgresStore.open(url, max_size=4)
     state = PostgresDaemonState(store, lease=LEASE)

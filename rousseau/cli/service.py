@@ -126,6 +126,8 @@ def render(layout: Layout) -> str:
         lines.append("# No User=/Group=: a user manager runs its services as you.")
     lines += [
         "ExecStart=" + " ".join(_word(arg, command=True) for arg in layout.command()),
+        "# `systemctl reload` applies a changed config file (what `rousseau reload` does).",
+        "ExecReload=/bin/kill -HUP $MAINPID",
         f"EnvironmentFile=-{_specifiers(str(layout.env_file))}",
         "Environment=PYTHONUNBUFFERED=1",
     ]

@@ -63,11 +63,11 @@ async def _cluster(backend: Backend) -> tuple[int, Usage]:
         f"store      postgresql {where.get('host', 'localhost')}:{where.get('port', 5432)}"
         f"/{where.get('dbname', '')}: {count} sessions"
     )
-    daemons, configs = await state.daemons(), await state.configs()
+    daemons = await state.daemons()
     print(f"cluster    {len(daemons)} daemon{'s' if len(daemons) != 1 else ''} alive")
-    for name, beat in daemons:
-        print(f"  {name:<28} last beat {when(beat)}, config {configs.get(name) or '?'}")
-    alive = {name for name, _ in daemons}
+    for name, beat, config in daemons:
+        print(f"  {name:<28} last beat {when(beat)}, config {config or '?'}")
+    alive = {name for name, _, _ in daemons}
     for transport, holder in sorted((await state.pollers()).items()):
         print(f"  {transport:<9} polled by {holder}{'' if holder in alive else ' (gone)'}")
     return count, usage

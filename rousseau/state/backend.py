@@ -98,7 +98,8 @@ async def open_backend(config: Config, *, daemon: bool = True) -> Backend:
         )
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_cron import PostgresCronJobs
-    from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+    from rousseau.state.postgres_kv import PostgresTransportState
     from rousseau.state.postgres_profiles import PostgresProfiles
     from rousseau.state.postgres_spending import PostgresSpending
 

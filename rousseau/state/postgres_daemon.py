@@ -168,22 +168,15 @@ class PostgresDaemonState:
         """The relay by which this daemon's tool approvals are answered on any daemon."""
         return PostgresApprovals(self.store, self.id)
 
-    async def configs(self) -> dict[str, str]:
-        """The digest of the config each living daemon runs (as its last beat said)."""
+    async def daemons(self) -> list[tuple[str, float, str]]:
+        """The daemons that beat within the lease: each with its last beat and the digest of
+        the config it runs."""
         async with self.store.transaction() as db:
             cursor = await db.execute(
-                "SELECT id, config FROM daemons WHERE beat_at >= %s", (self._stale(),)
-            )
-            return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
-
-    async def daemons(self) -> list[tuple[str, float]]:
-        """The daemons that beat within the lease, with their last beat."""
-        async with self.store.transaction() as db:
-            cursor = await db.execute(
-                "SELECT id, beat_at FROM daemons WHERE beat_at >= %s ORDER BY id",
+                "SELECT id, beat_at, config FROM daemons WHERE beat_at >= %s ORDER BY id",
                 (self._stale(),),
             )
-            return [(str(r[0]), float(r[1])) for r in await cursor.fetchall()]
+            return [(str(r[0]), float(r[1]), str(r[2])) for r in await cursor.fetchall()]
 
     @asynccontextmanager
     async def polling(self, transport: str) -> AsyncIterator[Poller]:
@@ -778,31 +771,6 @@ class PostgresDaemonState:
             for (stored,) in await cursor.fetchall():
                 found.update(a.sha256 for a, _ in sent_files(json.dumps(stored)))
         return found
-
-
-class PostgresTransportState:
-    """A transport's own key-value state (TransportState) on PostgreSQL."""
-
-    def __init__(self, store: PostgresStore, transport: str) -> None:
-        self.store = store
-        self.transport = transport
-
-    async def get(self, key: str) -> str | None:
-        async with self.store.transaction() as db:
-            cursor = await db.execute(
-                "SELECT value FROM transport_state WHERE transport = %s AND key = %s",
-                (self.transport, key),
-            )
-            row = await cursor.fetchone()
-        return None if row is None or row[0] == "" else str(row[0])
-
-    async def set(self, key: str, value: str) -> None:
-        async with self.store.transaction() as db:
-            await db.execute(
-                "INSERT INTO transport_state (transport, key, value) VALUES (%s, %s, %s)"
-                " ON CONFLICT (transport, key) DO UPDATE SET value = excluded.value",
-                (self.transport, key, value),
-            )
 
 
 async def _try_lock(conn: Any, key: str) -> bool:

@@ -128,7 +128,7 @@ async def test_progress_tells_a_finished_turn_from_an_unfinished_one(state: Any)
 def transport_state(state: Any, name: str) -> Any:
     if isinstance(state, DaemonState):
         return TransportState(state.store, name)
-    from rousseau.state.postgres_daemon import PostgresTransportState
+    from rousseau.state.postgres_kv import PostgresTransportState
 
     return PostgresTransportState(state.store, name)
 

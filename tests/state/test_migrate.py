@@ -90,7 +90,8 @@ def migrate(config: Path, url: str) -> subprocess.CompletedProcess[str]:
 async def check(url: str) -> None:
     from rousseau.state.postgres import PostgresStore
     from rousseau.state.postgres_cron import PostgresCronJobs
-    from rousseau.state.postgres_daemon import PostgresDaemonState, PostgresTransportState
+    from rousseau.state.postgres_daemon import PostgresDaemonState
+    from rousseau.state.postgres_kv import PostgresTransportState
     from rousseau.state.postgres_profiles import PostgresProfiles
     from rousseau.tools.memory import ProfileSection
 
