@@ -56,6 +56,8 @@ MAX_FILE_BYTES = 30 * 1024 * 1024
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 CHATS = 1000
 """Chats whose kind is remembered (a bounded cache: one lookup each when forgotten)."""
+API_TIMEOUT = 60.0
+"""Seconds an API call may take (an upload of 30 MB included)."""
 THROTTLED = 99991400
 """The API's code for "request trigger frequency limit"."""
 REFUSED_APP = frozenset({10003, 10014})
@@ -156,6 +158,7 @@ class FeishuTransport:
                 .app_secret(self.app_secret)
                 .domain(self.base_url)
                 .log_level(lark.LogLevel.ERROR)
+                .timeout(API_TIMEOUT)  # (the SDK's own default is none: a hung call stays)
                 .cache(self._tokens)
             )
             self._client = await anyio.to_thread.run_sync(builder.build)
