@@ -69,6 +69,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
     env = os.environ if environ is None else environ
     file, required = config_path(path, env)
     data = _read_yaml(file, required)
+    digest = _digest(file)
     origins: dict[tuple[str, ...], str] = {}
     for var, (section, key) in SECRET_ENV.items():
         if env.get(var):
@@ -99,6 +100,7 @@ def load_config(path: str | None = None, environ: Mapping[str, str] | None = Non
     config.source = str(file) if file.exists() else ""
     config.resolved = resolved
     config._environ = env
+    config._digest = digest
     config.notices.update(go.notices)
     # A provider plugin named by `provider`, `fallback` or an agent, with no section: {}.
     named = [config.provider, *config.fallback, *(a.provider for a in config.agents.values())]
@@ -211,6 +213,16 @@ def _is_secret(annotation: Any) -> bool:
     if annotation is SecretStr:
         return True
     return SecretStr in typing.get_args(annotation)
+
+
+def _digest(file: Path) -> str:
+    """The file's bytes' hash, short (what `status` shows of the config a daemon runs)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(file.read_bytes()).hexdigest()[:12]
+    except OSError:
+        return ""
 
 
 def _plugin_sections(data: dict[str, Any]) -> dict[str, Any]:

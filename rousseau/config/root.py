@@ -180,6 +180,7 @@ class Config(Section):
     the config is shown or logged)."""
     _notices: dict[str, str] = PrivateAttr(default_factory=dict)
     _environ: Mapping[str, str] | None = PrivateAttr(default=None)
+    _digest: str = PrivateAttr(default="")
     """The environment the config was read with (a reload reads the file with it again)."""
     _plugins: dict[str, Configured] = PrivateAttr(default_factory=dict)
 
@@ -299,16 +300,9 @@ class Config(Section):
         return load_config(self.source, self._environ)
 
     def digest(self) -> str:
-        """What identifies the file read (its bytes' hash; empty without a file)."""
-        import hashlib
-        from pathlib import Path
-
-        if not self.source:
-            return ""
-        try:
-            return hashlib.sha256(Path(self.source).read_bytes()).hexdigest()[:12]
-        except OSError:
-            return ""
+        """What identifies the file as it was read (its bytes' hash; empty without a file):
+        the same while the file changes on disk, until it is read again."""
+        return self._digest
 
     def secrets(self) -> list[str]:
         """Every secret value set anywhere, for scrubbing tool environments and logs."""
