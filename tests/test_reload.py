@@ -140,7 +140,10 @@ def test_a_broken_file_keeps_the_running_config(daemon: Daemon, telegram: FakeTe
     assert "agent.max_iterations" in events(daemon, "config.reload_refused")[0]["error"]
     telegram.push("still you?", chat_id=42, user_id=42)
     assert said(telegram, 1) == [(42, "[You are A.] still you?")]
-    published = running(daemon.config.parent / "state.db")  # what `status` shows
+    deadline = time.monotonic() + 20  # published within its 2 s, like every change
+    while "ok" not in (published := running(daemon.config.parent / "state.db")).config:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     assert published is not None
     assert published.config["digest"] == hashlib.sha256(good).hexdigest()[:12]  # still it
     assert published.config["ok"] is False and "agent.max_iterations" in published.config["error"]
