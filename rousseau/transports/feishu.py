@@ -277,8 +277,10 @@ class FeishuTransport:
                 domain=self.base_url,
             )
             client.on_reconnecting = self._lost
+            if self._stopping:  # stopped before its loop ran: a stop now would be lost
+                return
             self._up = True
-            log.info("feishu.connected", app=self._app_name)
+            log.info("feishu.connecting", app=self._app_name)
             client.start()  # returns only by raising: stopped, lost, or refused
         except Exception as exc:
             if not self._stopping:
