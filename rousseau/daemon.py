@@ -237,7 +237,10 @@ class Daemon:
         """SIGHUP reloads the config (as `rousseau reload` asks)."""
         with anyio.open_signal_receiver(signal.SIGHUP) as signals:
             async for _ in signals:
-                await self.reload()
+                try:
+                    await self.reload()
+                except Exception as exc:  # a reload never takes the daemon down
+                    log.error("config.reload_failed", error=str(exc) or type(exc).__name__)
 
     async def reload(self) -> bool:
         """The config file read again and, if it is good, applied (see rousseau.upkeep)."""

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from rousseau.tools import Shared
     from rousseau.transports.base import Transport
 
+log = structlog.get_logger("rousseau.daemon")
+
 Parts = Any
 """The daemon's parts (rousseau.assembly.Parts; the assembly is the daemon's to import)."""
 Apply = Callable[[Any, Config], Awaitable[list[str]]]
@@ -100,8 +102,6 @@ async def quietly(fn: Callable[[], Awaitable[None]]) -> None:
     except Exception as exc:
         log.warning("daemon.stop_failed", error=str(exc) or type(exc).__name__)
 
-
-log = structlog.get_logger("rousseau.daemon")
 
 STARTED = time.time()
 """When this process started (copies of the store made before it are an earlier start's)."""
@@ -185,7 +185,12 @@ async def _restart_changed(
         if Abilities.of(daemon.transports[name]).posts is not None:
             needs.append(f"{name}: its section (it takes posts on the daemon's server)")
             continue
-        await _restart_transport(daemon, name, new, parts)
+        try:
+            await _restart_transport(daemon, name, new, parts)
+        except RousseauError as exc:  # its new section builds no transport: the old one stays
+            log.error("config.transport_kept", transport=name, error=str(exc))
+            needs.append(f"{name}: its new section was refused ({exc}); it runs on the old one")
+            continue
         restarted.append(name)
     for name in new.transport_sections().keys() - daemon.transports.keys():
         needs.append(f"{name}: a transport added or removed")
@@ -198,7 +203,7 @@ async def _restart_transport(daemon: Daemon, name: str, config: Config, parts: P
     platform sends again, and its outbox is delivered by the new one."""
     from rousseau.transports.unreadable import count_refused
 
-    fresh = build_transports(config, name)[name]
+    fresh = build_transports(config, name)[name]  # (a ConfigError before anything stops)
     fresh.bind_state(parts.backend.transport_state(name))
     count_refused(fresh, daemon.metrics.failed_inbound.labels(name).inc)
     if isinstance(fresh, TakesFiles):

@@ -172,6 +172,12 @@ def test_a_changed_section_restarts_that_transport_alone(
         assert chat.authenticated == 1  # Mattermost's stream was never touched
         restarted = events(daemon, "config.transport_restarted")
         assert [e["transport"] for e in restarted] == ["telegram"]
+        data["mattermost"]["url"] = "chat.example.org"  # no scheme: builds no transport
+        daemon.config.write_text(json.dumps(data))
+        kept = reload(daemon)
+        assert kept.returncode == 0, kept.stdout + kept.stderr
+        assert "mattermost: its new section was refused (mattermost.url:" in kept.stdout
+        assert chat.authenticated == 1 and daemon.proc is not None and daemon.proc.poll() is None
     finally:
         chat.stop()
         moved.stop()
