@@ -30,8 +30,8 @@ class TransportConfig(Section):
     chats but not in groups."""
     ack_reaction: str = ""
     """A reaction put on each message the bot takes in, so the sender knows it arrived
-    before the answer starts (Telegram, Discord, Matrix: the emoji, e.g. 👀; Slack: its
-    name, e.g. eyes); empty: none."""
+    before the answer starts (Telegram, Discord, Matrix: the emoji, e.g. 👀; Slack and
+    Mattermost: its name, e.g. eyes; Feishu: its emoji_type, e.g. GLANCE); empty: none."""
     agent: str | None = None
     """The agent (of `agents:`) answering this transport's chats that no route names;
     unset: `default_agent`."""

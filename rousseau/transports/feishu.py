@@ -25,6 +25,7 @@ import importlib.util
 import io
 import json
 import mimetypes
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -54,6 +55,8 @@ of three-byte characters."""
 MAX_FILE_BYTES = 30 * 1024 * 1024
 """The largest file the API uploads (images: 10 MB)."""
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
+EMOJI_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
+"""What Feishu's emoji types look like (GLANCE, THUMBSUP, Fire)."""
 CHATS = 1000
 """Chats whose kind is remembered (a bounded cache: one lookup each when forgotten)."""
 API_TIMEOUT = 60.0
@@ -641,6 +644,28 @@ class FeishuTransport:
         request = im.CreateFileRequest.builder().request_body(body.build()).build()
         made = await self._call("file upload", client.im.v1.file.create, request)
         return ("audio" if voice else "file"), {"file_key": made.file_key}
+
+    async def react(self, inbound: Inbound, emoji: str) -> None:
+        """`emoji`, by Feishu's name for it (an emoji_type such as GLANCE, OK, THUMBSUP,
+        DONE), on the sender's message."""
+        name = emoji.strip(":")
+        if not EMOJI_TYPE.fullmatch(name):
+            log.warning("feishu.emoji_not_a_type", emoji=emoji, hint="name it, e.g. GLANCE")
+            return
+        lark, client = await _lark(), await self._api()
+        im = lark.api.im.v1
+        body = (
+            im.CreateMessageReactionRequestBody.builder()
+            .reaction_type(im.Emoji.builder().emoji_type(name).build())
+            .build()
+        )
+        request = (
+            im.CreateMessageReactionRequest.builder()
+            .message_id(inbound.message_id)
+            .request_body(body)
+            .build()
+        )
+        await self._call("reaction", client.im.v1.message_reaction.create, request)
 
     async def typing(self, chat_id: str, thread_id: str | None) -> None:
         """Nothing: Feishu has no typing indicator a bot can set (a streamed reply's card

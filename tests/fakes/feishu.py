@@ -203,6 +203,8 @@ class FakeFeishu(AioServer):
         """Events sent while no client was connected (delivered when one is)."""
         self.limited = 0
         """How many of the next API calls to answer 429."""
+        self.reactions: list[tuple[str, str]] = []
+        """(message id, emoji_type) of each reaction the bot put."""
         self.endpoints = 0
         self.pings = 0
         self.unmeasured = Served()
@@ -221,6 +223,7 @@ class FakeFeishu(AioServer):
         app.router.add_post("/open-apis/im/v1/images", self._upload_image)
         app.router.add_post("/open-apis/im/v1/files", self._upload_file)
         app.router.add_get("/open-apis/im/v1/messages/{id}/resources/{key}", self._resource)
+        app.router.add_post("/open-apis/im/v1/messages/{id}/reactions", self._react)
 
     # -- what people do ------------------------------------------------------------------
 
@@ -513,12 +516,7 @@ class FakeFeishu(AioServer):
     async def _reply(self, request: web.Request) -> web.Response:
         body = await request.json()
         target = request.match_info["id"]
-        chats = {
-            e.body["event"]["message"]["message_id"]: e.body["event"]["message"]["chat_id"]
-            for e in self.events
-            if e.body["header"]["event_type"] == "im.message.receive_v1"
-        }
-        chats |= {s.message_id: s.chat_id for s in self.sent}
+        chats = self._messages() | {s.message_id: s.chat_id for s in self.sent}
         if target not in chats:
             return _error(400, 230011, "the message was withdrawn or does not exist")
         return await self._message(chats[target], body, target)
@@ -562,6 +560,30 @@ class FakeFeishu(AioServer):
         stored = Stored(_id("file_v3_"), name, form["file"][1], kind, "file")
         self.files[stored.key] = stored
         return web.json_response({"code": 0, "msg": "success", "data": {"file_key": stored.key}})
+
+    def _messages(self) -> dict[str, str]:
+        """The people's messages sent so far: id -> chat."""
+        found = {}
+        for event in self.events:
+            said = event.body.get("event") if isinstance(event.body, dict) else None
+            message = said.get("message") if isinstance(said, dict) else None
+            if isinstance(message, dict) and "message_id" in message:
+                found[str(message["message_id"])] = str(message.get("chat_id", ""))
+        return found
+
+    async def _react(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        emoji = (body.get("reaction_type") or {}).get("emoji_type")
+        message = request.match_info["id"]
+        if message not in self._messages():
+            return _error(400, 231003, "the message is not found")
+        if not isinstance(emoji, str) or not emoji:
+            return _error(400, 231001, "reaction type is invalid")
+        self.reactions.append((message, emoji))
+        data = {"reaction_id": _id("r_"), "reaction_type": {"emoji_type": emoji},
+                "operator": {"operator_id": APP_ID, "operator_type": "app"},
+                "action_time": str(int(time.time() * 1000))}  # fmt: skip
+        return web.json_response({"code": 0, "msg": "success", "data": data})
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
         stored = self.files.get(request.match_info["key"])

@@ -123,5 +123,9 @@ class FeishuHarness:
                 )
         return delivered
 
+    def reactions(self) -> list[tuple[str, str]]:
+        """The bot's reactions: (the message reacted to, its emoji_type)."""
+        return list(self.fake.reactions)
+
     def close(self) -> None:
         self.fake.stop()

@@ -24,7 +24,8 @@ async def test_a_message_taken_in_gets_the_receipt_reaction(
 ) -> None:
     if not hasattr(harness, "reactions"):
         pytest.skip(f"{harness.name}: the platform has no reactions for bots here")
-    emoji = "eyes" if harness.name in ("slack", "mattermost") else "👀"  # named there
+    named = {"slack": "eyes", "mattermost": "eyes", "feishu": "GLANCE"}  # named there
+    emoji = named.get(harness.name, "👀")
     path = tmp_path / "config.yaml"
     path.write_text(
         json.dumps(
