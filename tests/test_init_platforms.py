@@ -380,6 +380,35 @@ def test_add_to_a_file_without_an_approver_names_the_owner_in_a_new_one(
     assert config.discord is not None and config.discord.allowlist == [OWNER_ID]
 
 
+def added_with_a_checked_secret(
+    tmp_path: Path,
+    env: dict[str, str],
+    name: str,
+    secret: tuple[str, str],
+    owner: str,
+    refusal: str,
+) -> Path:
+    """`init --add NAME` after a first init: a wrong secret (in variable `secret[0]`) is
+    refused in one line naming the key and leaves the file as it was; the right one
+    (`secret[1]`) writes the section, never showing the secret. The file written."""
+    first = init_quietly(
+        env, "--yes", "--provider", "openai", "--api-key", KEY, "--no-check",
+        "--telegram-token", "123:abc", "--allow", "4242",
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    path = written(tmp_path)
+    before = path.read_text()
+    variable, value = secret
+    refused = init_quietly(env | {variable: "wrong"}, "--add", name, "--yes", "--allow", owner)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refusal in refused.stderr
+    assert path.read_text() == before
+    added = init_quietly(env | {variable: value}, "--add", name, "--yes", "--allow", owner)
+    assert added.returncode == 0, added.stderr
+    assert value not in added.stdout + added.stderr
+    return path
+
+
 def test_add_mattermost_checks_the_token_and_writes_its_section(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -388,23 +417,10 @@ def test_add_mattermost_checks_the_token_and_writes_its_section(
 
     fake = FakeMattermost().start()
     try:
-        first = init_quietly(
-            env, "--yes", "--provider", "openai", "--api-key", KEY, "--no-check",
-            "--telegram-token", "123:abc", "--allow", "4242",
+        path = added_with_a_checked_secret(
+            tmp_path, env | {"ROUSSEAU_MATTERMOST_URL": fake.url}, "mattermost",
+            ("MATTERMOST_TOKEN", TOKEN), MM_OWNER, "mattermost.token: the server refused it",
         )  # fmt: skip
-        assert first.returncode == 0, first.stderr
-        path = written(tmp_path)
-        before = path.read_text()
-        env |= {"ROUSSEAU_MATTERMOST_URL": fake.url}
-        refused = init_quietly(env | {"MATTERMOST_TOKEN": "wrong"}, "--add", "mattermost",
-                               "--yes", "--allow", MM_OWNER)  # fmt: skip
-        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
-        assert "mattermost.token: the server refused it" in refused.stderr
-        assert path.read_text() == before
-        added = init_quietly(env | {"MATTERMOST_TOKEN": TOKEN}, "--add", "mattermost",
-                             "--yes", "--allow", MM_OWNER)  # fmt: skip
-        assert added.returncode == 0, added.stderr
-        assert TOKEN not in added.stdout + added.stderr
         config = load_config(str(path), {"MATTERMOST_TOKEN": TOKEN})
         assert config.mattermost is not None and config.mattermost.url == fake.url
         assert config.mattermost.allowlist == [MM_OWNER]
@@ -420,23 +436,11 @@ def test_add_feishu_checks_the_app_and_writes_its_section(
 
     fake = FakeFeishu().start()
     try:
-        first = init_quietly(
-            env, "--yes", "--provider", "openai", "--api-key", KEY, "--no-check",
-            "--telegram-token", "123:abc", "--allow", "4242",
+        place = {"ROUSSEAU_FEISHU_APP_ID": APP_ID, "ROUSSEAU_FEISHU_BASE_URL": fake.url}
+        path = added_with_a_checked_secret(
+            tmp_path, env | place, "feishu", ("FEISHU_APP_SECRET", APP_SECRET), FEISHU_OWNER,
+            "feishu.app_secret: Feishu refused the app's credentials",
         )  # fmt: skip
-        assert first.returncode == 0, first.stderr
-        path = written(tmp_path)
-        before = path.read_text()
-        env |= {"ROUSSEAU_FEISHU_APP_ID": APP_ID, "ROUSSEAU_FEISHU_BASE_URL": fake.url}
-        refused = init_quietly(env | {"FEISHU_APP_SECRET": "wrong"}, "--add", "feishu",
-                               "--yes", "--allow", FEISHU_OWNER)  # fmt: skip
-        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
-        assert "feishu.app_secret: Feishu refused the app's credentials" in refused.stderr
-        assert path.read_text() == before
-        added = init_quietly(env | {"FEISHU_APP_SECRET": APP_SECRET}, "--add", "feishu",
-                             "--yes", "--allow", FEISHU_OWNER)  # fmt: skip
-        assert added.returncode == 0, added.stderr
-        assert APP_SECRET not in added.stdout + added.stderr
         config = load_config(str(path), {"FEISHU_APP_SECRET": APP_SECRET})
         assert config.feishu is not None and config.feishu.base_url == fake.url
         assert config.feishu.app_id == APP_ID and config.feishu.allowlist == [FEISHU_OWNER]
