@@ -70,29 +70,17 @@ class Manifest:
     format: int = FORMAT
 
 
-class _Writer:
-    """Members added to a tar, each hashed as written."""
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+    tar.addfile(info, io.BytesIO(data))
 
-    def __init__(self, tar: tarfile.TarFile) -> None:
-        self.tar = tar
-        self.parts: dict[str, dict[str, Any]] = {}
 
-    def add_bytes(self, name: str, data: bytes) -> None:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
-        self.tar.addfile(info, io.BytesIO(data))
-        self.parts[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-
-    def add_file(self, name: str, path: Path) -> None:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        info = self.tar.gettarinfo(str(path), arcname=name)
-        info.mode, info.uid, info.gid, info.uname, info.gname = 0o600, 0, 0, "", ""
-        with path.open("rb") as f:
-            self.tar.addfile(info, f)
-        self.parts[name] = {"sha256": digest.hexdigest(), "size": info.size}
+def _add_file(tar: tarfile.TarFile, name: str, path: Path) -> None:
+    info = tar.gettarinfo(str(path), arcname=name)
+    info.mode, info.uid, info.gid, info.uname, info.gname = 0o600, 0, 0, "", ""
+    with path.open("rb") as f:
+        tar.addfile(info, f)
 
 
 def _gzipped(path: Path, into: Path) -> Path:
@@ -128,17 +116,16 @@ def sqlite_rows(db: Path) -> tuple[int, dict[str, int]]:
 def _secretless_config(config: Config) -> bytes:
     """The config file with each secret written in it replaced (by the environment
     variable that fills it, where there is a well-known one, else a note)."""
-    from rousseau.config.loading import SECRET_ENV, plain_secrets
+    from rousseau.config.loading import plain_secrets, well_known_variable
 
     text = Path(config.source).read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
-    variables = {keys: var for var, keys in reversed(list(SECRET_ENV.items()))}
     for key in plain_secrets(Path(config.source)):
         path = key.split(".")
         node = data
         for part in path[:-1]:
             node = node[part]
-        var = variables.get((path[0], path[1])) if len(path) == 2 else None
+        var = well_known_variable(key)
         node[path[-1]] = f"env:{var}" if var else REMOVED
     secrets = set(config.secrets())
 
@@ -241,12 +228,11 @@ def _write(
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
-            writer = _Writer(tar)
-            writer.add_bytes(MANIFEST, json.dumps(manifest.__dict__, indent=1).encode())
-            for name, path in body:
-                writer.add_file(name, path)
+            _add_bytes(tar, MANIFEST, json.dumps(manifest.__dict__, indent=1).encode())
+            for name, path in body:  # (each hashed already, into the manifest)
+                _add_file(tar, name, path)
             if told is not None:
-                writer.add_bytes(*told)
+                _add_bytes(tar, *told)
         os.replace(part, target)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -257,7 +243,9 @@ def _key_copies(keys: dict[str, Path], work: Path) -> list[tuple[str, Path]]:
     """Each key store file, a SQLite one through the backup API (a daemon may be writing)."""
     copies = []
     for n, (name, path) in enumerate(keys.items()):
-        if path.read_bytes()[:16] == b"SQLite format 3\x00":
+        with path.open("rb") as f:
+            header = f.read(16)
+        if header == b"SQLite format 3\x00":
             copy = work / f"key{n}.db"
             sqlite_snapshot(path, copy)
             path = copy
@@ -328,15 +316,18 @@ def verify(path: Path) -> Checked:
                 source = tar.extractfile(member)
                 if source is None:
                     raise BackupError(f"{name}: not a file")
+                state = name.startswith("state/")  # kept to be opened; the rest only hashed
                 local = Path(scratch) / "part"
                 digest = hashlib.sha256()
-                with local.open("wb") as out:
+                with local.open("wb") if state else contextlib.nullcontext() as out:
                     for chunk in chunks(source):
                         digest.update(chunk)
-                        out.write(chunk)
+                        if out is not None:
+                            out.write(chunk)
                 if digest.hexdigest() != expected["sha256"]:
                     raise BackupError(f"{name}: damaged (its checksum does not match)")
-                rows |= _check_state(name, local, manifest, Path(scratch))
+                if state:
+                    rows |= _check_state(name, local, manifest, Path(scratch))
                 seen.add(name)
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise BackupError(f"{path}: cut short or damaged ({exc})") from None
