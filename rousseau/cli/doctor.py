@@ -110,13 +110,11 @@ def _doctor_config_file(config: Config, report: Report, *, fix: bool) -> None:
     if not config.source:
         return
     path = Path(config.source)
-    from rousseau.config.loading import SECRET_ENV, plain_secrets
+    from rousseau.config.loading import plain_secrets, well_known_variable
 
-    variables = {keys: var for var, keys in reversed(list(SECRET_ENV.items()))}
     for key in plain_secrets(path):
         parts = tuple(key.split("."))
-        var = variables.get(parts) if len(parts) == 2 else None
-        var = var or "ROUSSEAU_" + key.upper().replace(".", "_")
+        var = well_known_variable(key) or "ROUSSEAU_" + key.upper().replace(".", "_")
         report.warn(
             "secrets",
             f"{key} is written in {path.name} in plain text; keep it elsewhere: "

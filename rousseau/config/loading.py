@@ -207,6 +207,13 @@ def plain_secrets(file: Path) -> list[str]:
     return found
 
 
+def well_known_variable(key: str) -> str | None:
+    """The usual variable that fills a key (`telegram.token`: TELEGRAM_BOT_TOKEN), the first
+    of SECRET_ENV's where several do; None where none does."""
+    section, _, name = key.partition(".")
+    return next((v for v, keys in SECRET_ENV.items() if keys == (section, name)), None)
+
+
 def _is_secret(annotation: Any) -> bool:
     from pydantic import SecretStr
 
