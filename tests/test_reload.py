@@ -23,6 +23,7 @@ from tests.fakes.llm import FakeLLMServer, Recorded, Reply, openai_completion, o
 from tests.fakes.mattermost import OWNER_ID, TOKEN, FakeMattermost
 from tests.fakes.telegram import FakeTelegram
 from tests.helpers import ROUSSEAU
+from tests.test_backup import cli
 from tests.test_daemon import Daemon, taken_in
 
 
@@ -65,14 +66,7 @@ def write(d: Daemon, *, allowlist: list[int], prompt: str, bash: str, **more: An
 
 
 def reload(d: Daemon) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "HOME": str(d.config.parent)}
-    return subprocess.run(
-        [*ROUSSEAU, "--config", str(d.config), "reload"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return cli(d.config, "reload")
 
 
 def said(telegram: FakeTelegram, count: int) -> list[tuple[int, str]]:
