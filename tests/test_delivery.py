@@ -165,3 +165,13 @@ async def test_the_courier_rests_while_a_chats_first_part_waits_for_its_retry(
     assert transport.sent == []
     assert state.rounds <= 2, f"{state.rounds} looks at the outbox while nothing could go"
     store.close()
+
+
+def test_a_throttle_lasts_as_long_as_the_headers_ask() -> None:
+    from rousseau.transports.base import Throttled
+
+    assert Throttled.asked({"X-Ogw-Ratelimit-Reset": "3"}, "x-ogw-ratelimit-reset").retry_after == 3
+    said = {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT", "X-Ratelimit-Reset": "2"}
+    assert Throttled.asked(said, "Retry-After", "X-Ratelimit-Reset").retry_after == 2
+    assert Throttled.asked({}, "Retry-After").retry_after == 1.0
+    assert Throttled.asked({"retry-after": "-5"}, "Retry-After").retry_after == 0.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol, TypeVar
 from urllib.parse import quote
@@ -26,6 +26,18 @@ class Throttled(Exception):
     def __init__(self, retry_after: float) -> None:
         super().__init__(f"throttled for {retry_after:g} s")
         self.retry_after = retry_after
+
+    @classmethod
+    def asked(cls, headers: Mapping[str, str], *names: str) -> Throttled:
+        """Throttled for as long as the answer's headers ask: the first of `names` (any
+        case) that holds seconds; 1 s if none does."""
+        lowered = {str(k).lower(): v for k, v in dict(headers).items()}
+        for name in names:
+            try:
+                return cls(max(float(lowered.get(name.lower(), "")), 0.0))
+            except ValueError:
+                continue
+        return cls(1.0)
 
 
 async def take_files(

@@ -62,6 +62,8 @@ CHATS = 1000
 API_TIMEOUT = 60.0
 """Seconds an API call may take (an upload of 30 MB included)."""
 THROTTLED = 99991400
+RESET = ("x-ogw-ratelimit-reset", "retry-after")
+"""The headers saying how long a rate limit lasts (seconds), the gateway's first."""
 """The API's code for "request trigger frequency limit"."""
 REFUSED_APP = frozenset({10003, 10014})
 """Codes saying the app id or secret is wrong."""
@@ -690,7 +692,7 @@ def _answer(response: Any, call: str, *, whole: bool = False) -> Any:
     status = int(getattr(raw, "status_code", 200))
     code, message = getattr(response, "code", None), getattr(response, "msg", "") or ""
     if code == THROTTLED or status == 429:
-        raise Throttled(_reset(getattr(raw, "headers", None) or {}))
+        raise Throttled.asked(getattr(raw, "headers", None) or {}, *RESET)
     if code in REFUSED_APP:
         raise TransportAuthError(_SECRET.format(said=f"{code}: {message}"))
     if code:
@@ -703,18 +705,6 @@ def _answer(response: Any, call: str, *, whole: bool = False) -> Any:
         return json.loads(getattr(raw, "content", None) or b"{}")
     except ValueError:
         raise TransportError(f"feishu: {call} answered {status}, not JSON") from None
-
-
-def _reset(headers: Any) -> float:
-    """Seconds to wait, from the gateway's x-ogw-ratelimit-reset (or Retry-After); 1 if
-    neither."""
-    lowered = {str(k).lower(): v for k, v in dict(headers).items()}
-    for header in ("x-ogw-ratelimit-reset", "retry-after"):
-        try:
-            return max(float(lowered.get(header, "")), 0.0)
-        except ValueError:
-            continue
-    return 1.0
 
 
 def _run_out(loop: asyncio.AbstractEventLoop, work: Any) -> None:

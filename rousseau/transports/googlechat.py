@@ -150,7 +150,7 @@ class GoogleChatTransport:
                 method, f"{self.api}/v1/{path}", json=body, params=params or None, headers=headers
             ) as response:
                 if response.status == 429:
-                    raise Throttled(float(response.headers.get("Retry-After", "1") or 1))
+                    raise Throttled.asked(response.headers, "Retry-After")
                 if response.status in (401, 403):
                     said = _error(await response.text())
                     raise TransportAuthError(

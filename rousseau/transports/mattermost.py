@@ -146,7 +146,7 @@ class MattermostTransport:
                 if response.status == 401:
                     raise TransportAuthError(_TOKEN.format(status=401))
                 if response.status == 429:
-                    raise Throttled(_retry_after(response.headers))
+                    raise Throttled.asked(response.headers, "Retry-After", "X-Ratelimit-Reset")
                 if response.status >= 400:
                     said = await response.text()
                     raise Refused(response.status, f"{method} {path}", _message(said))
@@ -493,16 +493,6 @@ def _parsed(raw: str, what: str) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise Unreadable(f"{what} is not JSON: {exc}") from None
-
-
-def _retry_after(headers: Any) -> float:
-    """Seconds to wait, from Retry-After or X-Ratelimit-Reset (both seconds); 1 if neither."""
-    for header in ("Retry-After", "X-Ratelimit-Reset"):
-        try:
-            return max(float(headers.get(header, "")), 0.0)
-        except ValueError:
-            continue
-    return 1.0
 
 
 def _message(body: str) -> str:

@@ -557,10 +557,7 @@ def _refused(exc: httpx.HTTPStatusError, doing: str) -> TransportError | Throttl
     with the status."""
     status = exc.response.status_code
     if status == 429:
-        try:
-            return Throttled(float(exc.response.headers.get("Retry-After", "1")))
-        except ValueError:
-            return Throttled(1.0)
+        return Throttled.asked(exc.response.headers, "Retry-After")
     return TransportError(f"teams: {doing}: the Bot Connector answered {status}")
 
 
